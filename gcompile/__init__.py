@@ -1,0 +1,18 @@
+"""gcompile: an ahead-of-time compiler for neural-network training.
+
+A model is a graph built with this API; `gradients` differentiates it, `NumpyExecutor` is the reference,
+and `compile` turns a `Program` into one C++/CUDA source file and a binary or shared library.
+"""
+from . import init  # noqa: F401
+from .autodiff import gradients  # noqa: F401
+from .errors import BuildError, DataError, GCompileError, RuntimeFailure, ShapeError  # noqa: F401
+from .executor import NumpyExecutor  # noqa: F401
+from .graph import (Node, add, as_node, assign, broadcast_to, cast, constant, div, equal, exp,  # noqa: F401
+                    format_graph, greater_equal, log, log_softmax, matmul, maximum, minimum, mul, neg,
+                    one_hot, ones_like, placeholder, pow, reduce_max, reduce_mean, reduce_sum, relu, relu_grad,
+                    reshape, sigmoid, softmax, softmax_cross_entropy, sqrt, sub, tanh, topological_order,
+                    transpose, variable, zeros_like)
+from .optim import SGD  # noqa: F401
+from .program import Program  # noqa: F401
+
+__version__ = "0.1.0"

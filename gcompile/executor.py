@@ -1,0 +1,111 @@
+"""The numpy reference executor: the oracle every compiled result is compared with.
+
+It evaluates the graph op by op in `topological_order`, holds variable values between runs, and applies
+`assign` nodes after the whole step has been evaluated, so every read in a step sees the step's starting
+values — the semantics the generated programs implement too.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from . import graph as G
+from .errors import GCompileError
+from .graph import Node
+from .ops import get_op
+
+
+def leaves_of(order: Iterable[Node], op: str) -> list[Node]:
+    """The leaves of one kind, with unique names (names identify feeds, parameters and checkpoint entries)."""
+    found: dict[str, Node] = {}
+    for n in order:
+        if n.op == op:
+            if n.name in found and found[n.name] is not n:
+                raise GCompileError(f"two different {op}s are named {n.name!r}: {found[n.name].describe()} and "
+                                    f"{n.describe()}")
+            found[n.name] = n
+    return list(found.values())
+
+
+def check_feed(node: Node, value, dtype: str) -> np.ndarray:
+    """A fed value as an array of the placeholder's shape and dtype (`dtype` may widen float32 to float64)."""
+    arr = np.asarray(value)
+    if arr.shape != node.shape:
+        raise GCompileError(f"feed for placeholder {node.name!r}: expected shape {node.shape}, got {arr.shape}")
+    want_float = node.dtype in G.FLOAT_DTYPES
+    if want_float and arr.dtype.kind not in "fiu":
+        raise GCompileError(f"feed for placeholder {node.name!r}: expected {node.dtype}, got {arr.dtype}")
+    if not want_float:
+        if arr.dtype.kind not in "iu":
+            raise GCompileError(f"feed for placeholder {node.name!r}: expected integers ({node.dtype}), "
+                                f"got {arr.dtype}")
+        info = np.iinfo(node.dtype)
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+            raise GCompileError(f"feed for placeholder {node.name!r}: values outside the range of {node.dtype}")
+    return arr.astype(dtype, copy=False)
+
+
+class NumpyExecutor:
+    """`NumpyExecutor(outputs, dtype=None).run(feed_dict) -> [ndarray, ...]`.
+
+    dtype="float64" computes every float value in float64 (for gradient checks); variables are held in
+    that precision too. Variables are initialized from their initializers on construction; read or set them
+    by name with `get_variable` / `set_variable` or the `variables` dict."""
+
+    def __init__(self, outputs: Iterable[Node], dtype: str | None = None):
+        self.outputs = list(outputs)
+        if dtype is not None and dtype not in G.FLOAT_DTYPES:
+            raise GCompileError(f"NumpyExecutor: dtype must be float32 or float64, got {dtype!r}")
+        self.float_dtype = dtype
+        self.order = G.topological_order(self.outputs)
+        self.placeholders = leaves_of(self.order, "placeholder")
+        self.variables = {v.name: v.attrs["init"](v.shape, self.dtype_of(v)) for v in
+                          leaves_of(self.order, "variable")}
+        self.variable_nodes = {v.name: v for v in leaves_of(self.order, "variable")}
+
+    def dtype_of(self, node: Node) -> str:
+        if self.float_dtype and node.dtype in G.FLOAT_DTYPES:
+            return self.float_dtype
+        return node.dtype
+
+    def get_variable(self, name: str) -> np.ndarray:
+        if name not in self.variables:
+            raise GCompileError(f"no variable named {name!r}; known: {sorted(self.variables)}")
+        return self.variables[name].copy()
+
+    def set_variable(self, name: str, value) -> None:
+        node = self.variable_nodes.get(name)
+        if node is None:
+            raise GCompileError(f"no variable named {name!r}; known: {sorted(self.variables)}")
+        arr = np.asarray(value)
+        if arr.shape != node.shape:
+            raise GCompileError(f"set_variable {name!r}: expected shape {node.shape}, got {arr.shape}")
+        self.variables[name] = arr.astype(self.dtype_of(node))
+
+    def run(self, feed_dict: Mapping | None = None) -> list[np.ndarray]:
+        feeds = {}
+        for key, value in (feed_dict or {}).items():
+            name = key.name if isinstance(key, Node) else key
+            feeds[name] = value
+        unknown = set(feeds) - {p.name for p in self.placeholders}
+        if unknown:
+            raise GCompileError(f"feed names unknown placeholder(s) {sorted(unknown)}; the graph's placeholders "
+                                f"are {[p.name for p in self.placeholders]}")
+        values: dict[Node, np.ndarray] = {}
+        writes = []
+        for node in self.order:
+            if node.op == "placeholder":
+                if node.name not in feeds:
+                    raise GCompileError(f"placeholder {node.describe()} was not fed")
+                values[node] = check_feed(node, feeds[node.name], self.dtype_of(node))
+            elif node.op == "variable":
+                values[node] = self.variables[node.name]
+            else:
+                out = get_op(node.op).compute(node, *(values[i] for i in node.inputs))
+                values[node] = np.asarray(out, dtype=self.dtype_of(node))
+                if node.op == "assign":
+                    writes.append((node.inputs[0].name, values[node]))
+        for name, value in writes:
+            self.variables[name] = value.copy()
+        return [values[o].copy() if o.op == "variable" else values[o] for o in self.outputs]

@@ -1,0 +1,164 @@
+"""Elementwise ops (numpy broadcasting). `c_expr` is the C expression of one element: `{0}`, `{1}` are
+the operands, `{name}` an attribute; fused kernels substitute these (the same text serves C++ and CUDA,
+whose math functions are overloaded for float and double)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import graph as G
+from .base import Op, broadcast_shapes, register, require_float, same_dtype
+
+
+class Elementwise(Op):
+    arity = 1
+    float_only = False
+    c_expr = ""
+
+    def infer(self, node):
+        if self.float_only:
+            for x in node.inputs:
+                require_float(self.name, x)
+        return broadcast_shapes(self.name, *node.inputs), same_dtype(self.name, *node.inputs)
+
+
+# --- binary arithmetic ---------------------------------------------------------------------------
+@register
+class Add(Elementwise):
+    name, arity, c_expr = "add", 2, "({0} + {1})"
+    def compute(self, node, a, b): return a + b
+    def grad(self, node, g): return [g, g]
+
+
+@register
+class Sub(Elementwise):
+    name, arity, c_expr = "sub", 2, "({0} - {1})"
+    def compute(self, node, a, b): return a - b
+    def grad(self, node, g): return [g, -g]
+
+
+@register
+class Mul(Elementwise):
+    name, arity, c_expr = "mul", 2, "({0} * {1})"
+    def compute(self, node, a, b): return a * b
+    def grad(self, node, g):
+        a, b = node.inputs
+        return [g * b, g * a]
+
+
+@register
+class Div(Elementwise):
+    name, arity, c_expr = "div", 2, "({0} / {1})"
+    def compute(self, node, a, b):
+        if node.dtype == "int32":
+            return np.floor_divide(a, b)  # C truncates; int division is not differentiated anyway
+        return a / b
+    def grad(self, node, g):
+        a, b = node.inputs
+        return [g / b, -(g * a) / (b * b)]
+
+
+@register
+class Maximum(Elementwise):
+    name, arity, c_expr = "maximum", 2, "({0} >= {1} ? {0} : {1})"
+    def compute(self, node, a, b): return np.maximum(a, b)
+    def grad(self, node, g):
+        a, b = node.inputs
+        pick_a = G.greater_equal(a, b)
+        return [g * pick_a, g * (1.0 - pick_a)]
+
+
+@register
+class Minimum(Elementwise):
+    name, arity, c_expr = "minimum", 2, "({0} <= {1} ? {0} : {1})"
+    def compute(self, node, a, b): return np.minimum(a, b)
+    def grad(self, node, g):
+        a, b = node.inputs
+        pick_a = G.greater_equal(b, a)
+        return [g * pick_a, g * (1.0 - pick_a)]
+
+
+# --- masks: 1 where the comparison holds, else 0, in the operands' dtype --------------------------
+@register
+class GreaterEqual(Elementwise):
+    name, arity, c_expr, differentiable = "greater_equal", 2, "({0} >= {1} ? 1 : 0)", False
+    def compute(self, node, a, b): return (a >= b).astype(a.dtype)
+    def grad(self, node, g): return [None, None]
+
+
+@register
+class Equal(Elementwise):
+    name, arity, c_expr, differentiable = "equal", 2, "({0} == {1} ? 1 : 0)", False
+    def compute(self, node, a, b): return (a == b).astype(a.dtype)
+    def grad(self, node, g): return [None, None]
+
+
+# --- unary ------------------------------------------------------------------------------------
+@register
+class Neg(Elementwise):
+    name, c_expr = "neg", "(-{0})"
+    def compute(self, node, x): return -x
+    def grad(self, node, g): return [-g]
+
+
+@register
+class Exp(Elementwise):
+    name, c_expr, float_only = "exp", "exp({0})", True
+    def compute(self, node, x): return np.exp(x)
+    def grad(self, node, g): return [g * node]
+
+
+@register
+class Log(Elementwise):
+    name, c_expr, float_only = "log", "log({0})", True
+    def compute(self, node, x): return np.log(x)
+    def grad(self, node, g): return [g / node.inputs[0]]
+
+
+@register
+class Sqrt(Elementwise):
+    name, c_expr, float_only = "sqrt", "sqrt({0})", True
+    def compute(self, node, x): return np.sqrt(x)
+    def grad(self, node, g): return [g * 0.5 / node]
+
+
+@register
+class Tanh(Elementwise):
+    name, c_expr, float_only = "tanh", "tanh({0})", True
+    def compute(self, node, x): return np.tanh(x)
+    def grad(self, node, g): return [g * (1.0 - node * node)]
+
+
+@register
+class Sigmoid(Elementwise):
+    name, float_only = "sigmoid", True
+    c_expr = "({0} >= 0 ? 1 / (1 + exp(-{0})) : exp({0}) / (1 + exp({0})))"
+    def compute(self, node, x):
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+    def grad(self, node, g): return [g * node * (1.0 - node)]
+
+
+@register
+class Relu(Elementwise):
+    name, c_expr = "relu", "({0} > 0 ? {0} : 0)"
+    def compute(self, node, x): return np.maximum(x, 0).astype(x.dtype)
+    def grad(self, node, g): return [G.relu_grad(node.inputs[0], g)]
+
+
+@register
+class ReluGrad(Elementwise):
+    """g where x > 0, else 0: the backward of relu, an op of its own so GEMM epilogues can absorb it."""
+    name, arity, c_expr = "relu_grad", 2, "({0} > 0 ? {1} : 0)"
+    def compute(self, node, x, g): return np.where(x > 0, g, 0).astype(g.dtype)
+    def grad(self, node, g): return [None, G.relu_grad(node.inputs[0], g)]
+
+
+@register
+class Pow(Elementwise):
+    """x ** exponent for a scalar exponent (attribute `exponent`)."""
+    name, c_expr, float_only = "pow", "pow({0}, {exponent})", True
+    def compute(self, node, x): return np.power(x, node.attrs["exponent"]).astype(x.dtype)
+    def grad(self, node, g):
+        e = node.attrs["exponent"]
+        x = node.inputs[0]
+        return [g * (e * G.pow(x, e - 1.0)) if e != 1.0 else g]

@@ -1,0 +1,45 @@
+"""gc.Program: what a model file hands the compiler — loss, parameters, optimizer, named outputs."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from . import graph as G
+from .autodiff import gradients
+from .errors import GCompileError
+from .executor import leaves_of
+from .graph import Node
+
+
+class Program:
+    """A training program. `train_outputs` are the loss and the update nodes of one step;
+    `eval_outputs` the named outputs (for `predict`/`forward`). The batch size is the leading dimension
+    every input shares."""
+
+    def __init__(self, loss: Node, params: Sequence[Node], optimizer=None,
+                 outputs: Mapping[str, Node] | None = None, name: str = "model"):
+        if loss.shape != () or loss.dtype not in G.FLOAT_DTYPES:
+            raise GCompileError(f"Program: the loss must be a float scalar, got {loss.describe()}")
+        for p in params:
+            if p.op != "variable":
+                raise GCompileError(f"Program: parameter {p.describe()} is a {p.op}, not a variable")
+        self.name = name
+        self.loss = loss
+        self.params = list(params)
+        self.optimizer = optimizer
+        self.outputs = dict(outputs or {})
+        self.grads = gradients(loss, self.params)
+        unused = [p.name for p, g in zip(self.params, self.grads) if g.op == "zeros_like"]
+        if unused:
+            raise GCompileError(f"Program: the loss does not depend on parameter(s) {unused}")
+        self.updates = optimizer.updates(self.params, self.grads, loss.dtype) if optimizer else []
+        order = G.topological_order(self.train_outputs + list(self.outputs.values()))
+        self.inputs = leaves_of(order, "placeholder")
+        batches = {p.shape[0] for p in self.inputs if p.shape}
+        if len(batches) > 1:
+            raise GCompileError("Program: inputs disagree on the batch size: "
+                                + ", ".join(p.describe() for p in self.inputs))
+        self.batch_size = batches.pop() if batches else 1
+
+    @property
+    def train_outputs(self) -> list[Node]:
+        return [self.loss] + self.updates
