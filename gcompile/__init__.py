@@ -3,9 +3,11 @@
 A model is a graph built with this API; `gradients` differentiates it, `NumpyExecutor` is the reference,
 and `compile` turns a `Program` into one C++/CUDA source file and a binary or shared library.
 """
+__version__ = "0.1.0"
+
 from . import init  # noqa: F401
 from .autodiff import gradients  # noqa: F401
-from .errors import BuildError, DataError, GCompileError, RuntimeFailure, ShapeError  # noqa: F401
+from .errors import BuildError, DataError, GCompileError, PlanError, RuntimeFailure, ShapeError  # noqa: F401
 from .executor import NumpyExecutor  # noqa: F401
 from .graph import (Node, add, as_node, assign, broadcast_to, cast, constant, div, equal, exp,  # noqa: F401
                     format_graph, greater_equal, log, log_softmax, matmul, maximum, minimum, mul, neg,
@@ -14,5 +16,7 @@ from .graph import (Node, add, as_node, assign, broadcast_to, cast, constant, di
                     transpose, variable, zeros_like)
 from .optim import SGD  # noqa: F401
 from .program import Program  # noqa: F401
+from .build import Artifact  # noqa: F401
+from .compiler import Executor, compile  # noqa: F401,A004
+from .loader import Model, load  # noqa: F401
 
-__version__ = "0.1.0"

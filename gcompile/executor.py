@@ -28,22 +28,22 @@ def leaves_of(order: Iterable[Node], op: str) -> list[Node]:
     return list(found.values())
 
 
-def check_feed(node: Node, value, dtype: str) -> np.ndarray:
-    """A fed value as an array of the placeholder's shape and dtype (`dtype` may widen float32 to float64)."""
+def check_feed(name: str, shape: tuple, dtype: str, value, as_dtype: str | None = None) -> np.ndarray:
+    """A value fed to placeholder `name` as a C-contiguous array of its shape and dtype (`as_dtype` may widen
+    float32 to float64). Floats accept any real array; integer placeholders accept integers in range."""
     arr = np.asarray(value)
-    if arr.shape != node.shape:
-        raise GCompileError(f"feed for placeholder {node.name!r}: expected shape {node.shape}, got {arr.shape}")
-    want_float = node.dtype in G.FLOAT_DTYPES
-    if want_float and arr.dtype.kind not in "fiu":
-        raise GCompileError(f"feed for placeholder {node.name!r}: expected {node.dtype}, got {arr.dtype}")
-    if not want_float:
+    if arr.shape != tuple(shape):
+        raise GCompileError(f"feed for placeholder {name!r}: expected shape {tuple(shape)}, got {arr.shape}")
+    if dtype in G.FLOAT_DTYPES:
+        if arr.dtype.kind not in "fiu":
+            raise GCompileError(f"feed for placeholder {name!r}: expected {dtype}, got {arr.dtype}")
+    else:
         if arr.dtype.kind not in "iu":
-            raise GCompileError(f"feed for placeholder {node.name!r}: expected integers ({node.dtype}), "
-                                f"got {arr.dtype}")
-        info = np.iinfo(node.dtype)
+            raise GCompileError(f"feed for placeholder {name!r}: expected integers ({dtype}), got {arr.dtype}")
+        info = np.iinfo(dtype)
         if arr.size and (arr.min() < info.min or arr.max() > info.max):
-            raise GCompileError(f"feed for placeholder {node.name!r}: values outside the range of {node.dtype}")
-    return arr.astype(dtype, copy=False)
+            raise GCompileError(f"feed for placeholder {name!r}: values outside the range of {dtype}")
+    return np.asarray(arr, dtype=as_dtype or dtype, order="C")
 
 
 class NumpyExecutor:
@@ -98,7 +98,7 @@ class NumpyExecutor:
             if node.op == "placeholder":
                 if node.name not in feeds:
                     raise GCompileError(f"placeholder {node.describe()} was not fed")
-                values[node] = check_feed(node, feeds[node.name], self.dtype_of(node))
+                values[node] = check_feed(node.name, node.shape, node.dtype, feeds[node.name], self.dtype_of(node))
             elif node.op == "variable":
                 values[node] = self.variables[node.name]
             else:

@@ -1,0 +1,130 @@
+"""build: write the generated source, the initial parameters and the manifest, then compile the source
+once to an object and link it twice — a shared library (the C ABI, for gc.load) and a standalone binary
+(the training command line). Builds are cached by a hash of source + flags + compiler version.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import Checkpoint, write_checkpoint
+from .errors import BuildError
+from .passes.emit import package_dir
+
+DEFAULT_CUDA_ARCH = "sm_90"
+SUFFIX = {"cuda": ".cu", "cpu": ".cpp"}
+
+
+@dataclass
+class Artifact:
+    """What gc.compile produced; paths are absolute."""
+    name: str
+    target: str
+    out_dir: str
+    source: str
+    binary: str
+    library: str
+    manifest: str
+    init: str
+    cached: bool
+    seconds: float
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(compiler: str) -> str:
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        hint = " (install the CUDA toolkit, or compile with target='cpu')" if compiler == "nvcc" else ""
+        raise BuildError(f"compiler {compiler!r} not found on PATH{hint}") from None
+    return out.stdout.strip()
+
+
+@functools.lru_cache(maxsize=None)
+def detect_arch() -> str | None:
+    """The present GPU's architecture (sm_XY), or None when no GPU answers."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    caps = out.stdout.split()
+    return "sm_" + caps[0].replace(".", "") if out.returncode == 0 and caps else None
+
+
+def compile_flags(target: str, arch: str | None) -> tuple[str, list[str], list[str]]:
+    """(compiler, compile flags, link flags)."""
+    if target == "cuda":
+        arch = arch or detect_arch() or DEFAULT_CUDA_ARCH
+        number = arch.removeprefix("sm_")
+        gencode = [f"-gencode=arch=compute_{number},code=[sm_{number},compute_{number}]"]
+        return "nvcc", ["-O3", "-std=c++17", *gencode, "-Xcompiler", "-fPIC,-fvisibility=hidden"], gencode
+    compiler = os.environ.get("CXX", "c++")
+    return compiler, ["-O3", "-std=c++17", "-fopenmp", "-fPIC", "-fvisibility=hidden"], ["-fopenmp"]
+
+
+def write_if_changed(path: Path, data: bytes) -> None:
+    """Generated files are rewritten only when their content changes (keeps timestamps meaningful)."""
+    if path.exists() and path.read_bytes() == data:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def run(cmd: list[str], source: Path) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"compiling {source.name} failed (exit {proc.returncode})", command=cmd,
+                         stderr=proc.stderr + proc.stdout, source_path=str(source))
+
+
+def initial_checkpoint(module) -> Checkpoint:
+    tensors = {v.name: np.asarray(v.attrs["init"](v.shape, v.dtype), dtype=v.dtype) for v in module.variables}
+    return Checkpoint(tensors, module.layout_hash)
+
+
+def build(compiled, out_dir, arch: str | None = None) -> Artifact:
+    start = time.perf_counter()
+    module, target = compiled.module, compiled.target
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    compiler, flags, link_flags = compile_flags(target, arch)
+    version = compiler_version(compiler)
+
+    source = out / f"{module.name}{SUFFIX[target]}"
+    write_if_changed(source, compiled.source.encode())
+    init = out / module.init_file
+    write_checkpoint(init, initial_checkpoint(module))
+    binary, library, obj = out / module.name, out / f"lib{module.name}.so", out / f"{module.name}.o"
+
+    key = hashlib.sha256("\0".join([compiled.source, " ".join(flags), " ".join(link_flags), version]).encode()).hexdigest()
+    key_file = out / f".{module.name}.build-key"
+    cached = key_file.exists() and key_file.read_text() == key and binary.exists() and library.exists()
+    if not cached:
+        key_file.unlink(missing_ok=True)
+        stub = package_dir("runtime") / "gc_main_stub.cpp"
+        run([compiler, *flags, "-c", str(source), "-o", str(obj)], source)
+        run([compiler, *link_flags, "-shared", str(obj), "-o", str(library)], source)
+        run([compiler, *link_flags, str(obj), str(stub), "-o", str(binary)], source)
+        obj.unlink(missing_ok=True)
+        key_file.write_text(key)
+
+    artifact = Artifact(module.name, target, str(out), str(source), str(binary), str(library),
+                        str(out / f"{module.name}.json"), str(init), cached, time.perf_counter() - start)
+    manifest = dict(module.manifest, target=target, artifact=asdict(artifact),
+                    compiler=[compiler, *flags], arena_bytes=compiled.plan.arena_bytes,
+                    lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes)
+    write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
+    return artifact

@@ -1,0 +1,168 @@
+"""gc.load: a compiled shared library in Python, through cffi. numpy in, numpy out.
+
+Every argument is checked here (shapes, dtypes, names, a closed model) before it reaches C, and every C
+error code becomes a Python exception carrying gc_last_error(): a bad call raises, it never crashes the
+process.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import cffi
+import numpy as np
+
+from .build import Artifact
+from .errors import GCompileError, RuntimeFailure
+from .executor import check_feed
+
+CDEF = """
+typedef struct gc_model gc_model;
+const char* gc_last_error(void);
+const char* gc_manifest(void);
+int gc_create(gc_model** out);
+void gc_destroy(gc_model* m);
+int gc_train_step(gc_model* m, const void* const* inputs, int n, double* loss);
+int gc_forward(gc_model* m, const void* const* inputs, int n, void* const* outputs, int n_out);
+int gc_get_variable(gc_model* m, const char* name, void* dst, size_t nbytes);
+int gc_set_variable(gc_model* m, const char* name, const void* src, size_t nbytes);
+int gc_save(gc_model* m, const char* path);
+int gc_load(gc_model* m, const char* path);
+"""
+ffi = cffi.FFI()
+ffi.cdef(CDEF)
+_libraries: dict[str, object] = {}
+_copies = tempfile.mkdtemp(prefix="gcompile-libs-")
+
+
+def open_library(path: str):
+    """dlopen a library by content: a rebuilt library at the same path must not return the old handle."""
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    if digest not in _libraries:
+        copy = os.path.join(_copies, f"{digest}.so")
+        if not os.path.exists(copy):
+            shutil.copyfile(path, copy)
+        _libraries[digest] = ffi.dlopen(copy)
+    return _libraries[digest]
+
+
+def resolve(artifact) -> dict:
+    """An Artifact, an output directory or a manifest path -> the manifest dict."""
+    if isinstance(artifact, Artifact):
+        path = Path(artifact.manifest)
+    else:
+        path = Path(artifact)
+        if path.is_dir():
+            found = sorted(path.glob("*.json"))
+            if len(found) != 1:
+                raise GCompileError(f"{path}: expected one manifest (*.json) in the directory, found {len(found)}")
+            path = found[0]
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise GCompileError(f"{path}: not a gcompile manifest: {e}") from None
+
+
+class Model:
+    """A loaded program. `params` (all variables by name), `train_step(*inputs) -> loss`, `forward(*inputs)
+    -> dict`, `predict(x) -> first output`, `save(path)`, `load(path)`, `close()`."""
+
+    def __init__(self, artifact, initial: bool = True):
+        self.manifest = resolve(artifact)
+        self.lib = open_library(self.manifest["artifact"]["library"])
+        self.variables = {v["name"]: v for v in self.manifest["variables"]}
+        handle = ffi.new("gc_model**")
+        self._check(self.lib.gc_create(handle), "gc_create")
+        self.handle = handle[0]
+        if initial:
+            self.load(self.manifest["artifact"]["init"])
+
+    def _check(self, rc: int, fn: str) -> None:
+        if rc != 0:
+            raise RuntimeFailure(f"{fn}: {ffi.string(self.lib.gc_last_error()).decode(errors='replace')}")
+
+    def _live(self):
+        if self.handle is None:
+            raise GCompileError(f"model {self.manifest['name']!r} is closed")
+        return self.handle
+
+    def _inputs(self, specs, values, fn):
+        if len(values) != len(specs):
+            names = [s["name"] for s in specs]
+            raise GCompileError(f"{fn}: expected {len(specs)} inputs {names}, got {len(values)}")
+        arrays = [check_feed(s["name"], s["shape"], s["dtype"], v) for s, v in zip(specs, values)]
+        return arrays, ffi.new("void*[]", [ffi.from_buffer(a) for a in arrays] or [ffi.NULL])
+
+    def train_step(self, *inputs) -> float:
+        """One optimizer step on a batch; inputs in the order of manifest['train_inputs']. Returns the loss."""
+        handle = self._live()
+        if not self.manifest["has_train_step"]:
+            raise GCompileError(f"model {self.manifest['name']!r} has no training step")
+        keep, ptrs = self._inputs(self.manifest["train_inputs"], inputs, "train_step")
+        loss = ffi.new("double*")
+        self._check(self.lib.gc_train_step(handle, ptrs, len(keep), loss), "gc_train_step")
+        return float(loss[0])
+
+    def forward(self, *inputs) -> dict[str, np.ndarray]:
+        handle = self._live()
+        keep, ptrs = self._inputs(self.manifest["eval_inputs"], inputs, "forward")
+        outs = [np.empty(o["shape"], dtype=o["dtype"]) for o in self.manifest["outputs"]]
+        out_ptrs = ffi.new("void*[]", [ffi.from_buffer(o) for o in outs] or [ffi.NULL])
+        self._check(self.lib.gc_forward(handle, ptrs, len(keep), out_ptrs, len(outs)), "gc_forward")
+        return {o["name"]: arr for o, arr in zip(self.manifest["outputs"], outs)}
+
+    def predict(self, *inputs) -> np.ndarray:
+        return next(iter(self.forward(*inputs).values()))
+
+    def get(self, name: str) -> np.ndarray:
+        handle = self._live()
+        if name not in self.variables:
+            raise GCompileError(f"no variable named {name!r}; known: {sorted(self.variables)}")
+        v = self.variables[name]
+        out = np.empty(v["shape"], dtype=v["dtype"])
+        self._check(self.lib.gc_get_variable(handle, name.encode(), ffi.from_buffer(out), out.nbytes),
+                    "gc_get_variable")
+        return out
+
+    def set(self, name: str, value) -> None:
+        handle = self._live()
+        if name not in self.variables:
+            raise GCompileError(f"no variable named {name!r}; known: {sorted(self.variables)}")
+        v = self.variables[name]
+        arr = np.asarray(value)
+        if arr.shape != tuple(v["shape"]):
+            raise GCompileError(f"variable {name!r}: expected shape {tuple(v['shape'])}, got {arr.shape}")
+        arr = np.asarray(arr, dtype=v["dtype"], order="C")
+        self._check(self.lib.gc_set_variable(handle, name.encode(), ffi.from_buffer(arr), arr.nbytes),
+                    "gc_set_variable")
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        return {name: self.get(name) for name in self.variables}
+
+    def save(self, path) -> None:
+        self._check(self.lib.gc_save(self._live(), os.fsencode(path)), "gc_save")
+
+    def load(self, path) -> None:
+        self._check(self.lib.gc_load(self._live(), os.fsencode(path)), "gc_load")
+
+    def close(self) -> None:
+        if getattr(self, "handle", None) is not None:
+            self.lib.gc_destroy(self.handle)
+            self.handle = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def load(artifact, initial: bool = True) -> Model:
+    return Model(artifact, initial)

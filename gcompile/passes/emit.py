@@ -1,0 +1,140 @@
+"""emit: render the ONE source file of a program with jinja2 (StrictUndefined).
+
+Python prepares every value here — tables, layout rows, the trainer's constants, the manifest; the
+templates in codegen_templates/ only place them. The runtime files are inlined, so the output compiles
+with nothing but the CUDA toolkit (cuda target) or a C++ compiler with OpenMP (cpu target).
+"""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from .. import __version__
+from ..graph import Node
+from .lower import C_TYPES, c_literal
+
+DTYPE_CODES = {"uint8": 0, "int32": 1, "float32": 2, "float64": 4}
+
+RUNTIME_HEAD = [
+    ("gc_runtime.h", "error codes and messages, the device abstraction, RNG, checksum"),
+    ("gc_data.h", ".npy and IDX readers with full validation"),
+    ("gc_checkpoint.h", "the checkpoint format: atomic save, checked load"),
+]
+RUNTIME_KERNELS = {
+    "cuda": ("gc_kernels_cuda.cuh", "generic CUDA kernels: GEMM, softmax, cross-entropy, batch gather"),
+    "cpu": ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM, softmax, cross-entropy, batch gather"),
+}
+RUNTIME_TAIL = [
+    ("gc_abi.h", "the C ABI: create/destroy, train_step, forward, variables, save/load, last error"),
+    ("gc_main.h", "the training command line (train / eval) of the standalone binary"),
+]
+
+
+def package_dir(name: str) -> Path:
+    """codegen_templates/ and runtime/ ship inside the wheel as gcompile.<name>; in a source checkout they
+    sit at the top level."""
+    try:
+        found = Path(str(resources.files(f"gcompile.{name}")))
+        if found.is_dir():
+            return found
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parents[2] / name
+
+
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(package_dir("codegen_templates"))),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                              trim_blocks=False, lstrip_blocks=False)
+
+
+def runtime_parts(names) -> list[dict]:
+    root = package_dir("runtime")
+    return [{"name": f"runtime/{n}", "summary": s, "text": (root / n).read_text()} for n, s in names]
+
+
+def tensor_row(node: Node, offset: int, comment: str = "") -> dict:
+    dims = list(node.shape) or []
+    return {"name": node.name, "dtype": DTYPE_CODES[node.dtype], "ndim": len(dims),
+            "dims": ", ".join(map(str, dims)) if dims else "0", "offset": offset, "nbytes": node.nbytes,
+            "comment": comment or f"{tuple(node.shape)} {node.dtype}"}
+
+
+def c_string(text: str) -> str:
+    """A C string literal (split into lines) holding `text` exactly."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        lines.append(json.dumps(line))
+    return "\n    ".join(lines) or '""'
+
+
+def emit(module, schedules, plan, kernels, target: str, build_command: str) -> str:
+    env = environment()
+    macros = {}
+    for template in ("kernels_common.j2", f"kernels_{target}.j2"):
+        mod = env.get_template(template).module
+        macros.update({name: getattr(mod, name) for name in dir(mod) if not name.startswith("_")})
+
+    def offset(node, schedule=None):
+        return plan.offset_of(node)  # everything in the tables lives in the persistent region
+
+    layout = []
+    for b in plan.buffers:
+        n = b.node
+        lifetime = "always" if b.region == "persistent" else f"{b.schedule}:{b.first}-{b.last}"
+        layout.append({"offset": b.offset, "size": b.size, "region": b.region, "lifetime": lifetime,
+                       "what": f"{n.name} {tuple(n.shape)} {n.dtype} ({n.op})"})
+
+    constants = []
+    for b in plan.buffers:
+        n = b.node
+        if n.op == "constant" and b.region == "persistent":
+            flat = np.asarray(n.attrs["value"]).reshape(-1)
+            constants.append({"ctype": C_TYPES[n.dtype], "offset": b.offset, "nbytes": n.nbytes,
+                              "values": ", ".join(c_literal(v, n.dtype) for v in flat),
+                              "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
+
+    variables = [tensor_row(v, offset(v)) for v in module.variables]
+    train_inputs = [tensor_row(x, offset(x, "train")) for x in module.train_inputs]
+    eval_inputs = [tensor_row(x, offset(x)) for x in module.eval_inputs]
+    eval_outputs = [tensor_row(o, offset(o), f"output '{name}' {tuple(o.shape)} {o.dtype}")
+                    for name, o in module.outputs.items()]
+    for row, name in zip(eval_outputs, module.outputs):
+        row["name"] = name
+
+    trainer = module.trainer
+    defines = [
+        ("GC_PROGRAM_NAME", json.dumps(module.name)),
+        ("GC_SOURCE_NAME", json.dumps(module.source)),
+        ("GC_TARGET_NAME", json.dumps(target)),
+        ("GC_INIT_FILE_NAME", json.dumps(module.init_file)),
+        ("GC_LAYOUT_HASH", f"0x{module.layout_hash:016x}ull"),
+        ("GC_HAS_TRAIN_STEP", int(module.loss is not None)),
+        ("GC_LOSS_OFFSET", offset(module.loss, "train") if module.loss is not None else 0),
+        ("GC_HAS_LR", int(any(v.name == "lr" for v in module.variables))),
+        ("GC_HAS_TRAINER", int(trainer is not None)),
+        ("GC_BATCH", module.batch_size),
+        ("GC_X_OFFSET", offset(trainer["x"], "train") if trainer else 0),
+        ("GC_Y_OFFSET", offset(trainer["y"], "train") if trainer else 0),
+        ("GC_LOGITS_OFFSET", offset(trainer["logits"]) if trainer else 0),
+        ("GC_ROW", trainer["x"].size // module.batch_size if trainer else 1),
+        ("GC_CLASSES", trainer["logits"].shape[1] if trainer else 1),
+    ]
+    context = {
+        "version": __version__, "source": module.source, "name": module.name, "target": target,
+        "build_command": build_command,
+        "runtime_head": runtime_parts(RUNTIME_HEAD + [RUNTIME_KERNELS[target]]),
+        "runtime_tail": runtime_parts(RUNTIME_TAIL),
+        "arena_bytes": plan.arena_bytes, "persistent_bytes": plan.persistent_bytes,
+        "lower_bound": plan.lower_bound, "naive_bytes": plan.naive_bytes, "layout": layout,
+        "kernels": [k for ks in kernels.values() for k in ks], "K": macros,
+        "train": kernels.get("train", []), "eval": kernels.get("eval", []),
+        "variables": variables, "train_inputs": train_inputs, "eval_inputs": eval_inputs,
+        "eval_outputs": eval_outputs, "constants": constants, "defines": defines,
+        "manifest_c_string": c_string(json.dumps(module.manifest, indent=1)),
+    }
+    return env.get_template("program.j2").render(**context)

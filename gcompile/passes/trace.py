@@ -1,0 +1,98 @@
+"""trace: gather what a compiled program is made of — its train graph (loss and update nodes), its eval
+graph (named outputs), inputs, variables — into a Module. Autodiff and the optimizer's update nodes were
+appended when the Program was built (gc.Program calls gradients and the optimizer); this pass only
+collects and checks. A plain list of nodes (gc.Executor) becomes a module with an eval graph only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..checkpoint import layout_hash
+from ..errors import GCompileError
+from ..executor import leaves_of
+from ..graph import FLOAT_DTYPES, Node, topological_order
+from ..program import Program
+
+
+@dataclass
+class Module:
+    name: str
+    source: str                              # the model file (or "<python>")
+    train: list[Node]                        # loss + assign nodes ([] without training)
+    outputs: dict[str, Node]                 # the eval graph's named outputs
+    loss: Node | None
+    batch_size: int
+    variables: list[Node] = field(default_factory=list)
+    train_inputs: list[Node] = field(default_factory=list)
+    eval_inputs: list[Node] = field(default_factory=list)
+
+    @property
+    def graphs(self) -> dict[str, list[Node]]:
+        graphs = {}
+        if self.train:
+            graphs["train"] = self.train
+        if self.outputs:
+            graphs["eval"] = list(self.outputs.values())
+        return graphs
+
+    def refresh(self):
+        """Recompute the leaf lists after a pass replaced nodes."""
+        self.train_inputs = leaves_of(topological_order(self.train), "placeholder")
+        self.eval_inputs = leaves_of(topological_order(self.outputs.values()), "placeholder")
+        everything = topological_order(self.train + list(self.outputs.values()))
+        self.variables = sorted(leaves_of(everything, "variable"), key=lambda v: v.name)
+        leaves_of(everything, "placeholder")  # raises if two different placeholders share a name
+        return self
+
+    @property
+    def layout_hash(self) -> int:
+        return layout_hash(self.variables)
+
+    @property
+    def init_file(self) -> str:
+        return f"{self.name}.init.ckpt"
+
+    @property
+    def trainer(self) -> dict | None:
+        """What the standalone trainer needs, or None when the program does not fit it: a float32 loss,
+        one float32 image input (batch, ...), one integer label input (batch,), a 'logits' output (batch, C)."""
+        if self.loss is None or "logits" not in self.outputs or len(self.train_inputs) != 2:
+            return None
+        x = next((p for p in self.train_inputs if p.dtype == "float32"), None)
+        y = next((p for p in self.train_inputs if p.dtype == "int32" and p.shape == (self.batch_size,)), None)
+        logits = self.outputs["logits"]
+        if x is None or y is None or self.loss.dtype != "float32" or logits.shape[:1] != (self.batch_size,) \
+                or logits.ndim != 2 or logits.dtype != "float32" or x.shape[:1] != (self.batch_size,):
+            return None
+        return {"x": x, "y": y, "logits": logits}
+
+    @property
+    def manifest(self) -> dict:
+        def row(n, name=None):
+            return {"name": name or n.name, "shape": list(n.shape), "dtype": n.dtype}
+        return {
+            "name": self.name, "source": self.source, "batch_size": self.batch_size,
+            "has_train_step": self.loss is not None, "has_trainer": self.trainer is not None,
+            "train_inputs": [row(x) for x in self.train_inputs],
+            "eval_inputs": [row(x) for x in self.eval_inputs],
+            "outputs": [row(o, name) for name, o in self.outputs.items()],
+            "variables": [dict(row(v), trainable=bool(v.attrs.get("trainable", True))) for v in self.variables],
+            "layout_hash": f"{self.layout_hash:016x}", "init_file": self.init_file,
+        }
+
+
+def trace(program, name: str = "model", source: str = "<python>") -> Module:
+    if isinstance(program, Program):
+        train = program.train_outputs if program.optimizer is not None else [program.loss]
+        module = Module(name, source, list(train), dict(program.outputs), program.loss, program.batch_size)
+    else:
+        nodes = list(program)
+        if not nodes or not all(isinstance(n, Node) for n in nodes):
+            raise GCompileError("compile: expected a gc.Program or a non-empty list of graph nodes")
+        batch = nodes[0].shape[0] if nodes[0].shape else 1
+        module = Module(name, source, [], {f"out{i}": n for i, n in enumerate(nodes)}, None, batch)
+    for node in list(module.outputs.values()) + ([module.loss] if module.loss is not None else []):
+        if node.dtype not in FLOAT_DTYPES + ("int32",):
+            raise GCompileError(f"compile: output {node.describe()} has dtype {node.dtype}; outputs must be "
+                                "float32, float64 or int32")
+    return module.refresh()

@@ -1,0 +1,118 @@
+// gc_abi.h — the C ABI of every generated program (the shared library's interface; Python's gc.load uses it).
+// Every entry point checks its arguments and returns a GC_* code; gc_last_error() says what went wrong.
+// Inputs and outputs are host arrays in the order of the tables above, with exactly the sizes listed there.
+
+#define GC_EXPORT extern "C" __attribute__((visibility("default")))
+#define GC_MODEL_MAGIC 0x6763636Fu
+
+struct gc_model {
+    uint32_t magic;         // GC_MODEL_MAGIC while alive; cleared by gc_destroy
+    unsigned char* arena;   // the one device allocation: GC_ARENA_BYTES
+    gc_train_state state;   // steps and epochs done, the shuffle RNG
+};
+
+static int gc_check_model(const gc_model* m, const char* fn) {
+    if (!m) return gc_fail(GC_ERR_ARG, "%s: model handle is NULL", fn);
+    if (m->magic != GC_MODEL_MAGIC) return gc_fail(GC_ERR_ARG, "%s: model handle is not a live model", fn);
+    return GC_OK;
+}
+
+static const gc_tensor_info* gc_find(const gc_tensor_info* table, int n, const char* name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(table[i].name, name) == 0) return &table[i];
+    return NULL;
+}
+
+static int gc_copy_inputs(gc_model* m, const gc_tensor_info* table, int want, const void* const* inputs, int n,
+                          const char* fn) {
+    if (n != want) return gc_fail(GC_ERR_ARG, "%s: expected %d inputs, got %d", fn, want, n);
+    if (n && !inputs) return gc_fail(GC_ERR_ARG, "%s: inputs is NULL", fn);
+    for (int i = 0; i < n; i++) {
+        if (!inputs[i]) return gc_fail(GC_ERR_ARG, "%s: input %d (%s) is NULL", fn, i, table[i].name);
+        GC_TRY(gc_copy_to_device(m->arena + table[i].offset, inputs[i], table[i].nbytes));
+    }
+    return GC_OK;
+}
+
+GC_EXPORT const char* gc_last_error(void) { return gc_error_message; }
+GC_EXPORT const char* gc_manifest(void) { return gc_manifest_json; }
+
+GC_EXPORT void gc_destroy(gc_model* m) {
+    if (!m || m->magic != GC_MODEL_MAGIC) return;
+    m->magic = 0;
+    gc_device_free(m->arena);
+    free(m);
+}
+
+GC_EXPORT int gc_create(gc_model** out) {
+    if (!out) return gc_fail(GC_ERR_ARG, "gc_create: out is NULL");
+    *out = NULL;
+    gc_model* m = (gc_model*)calloc(1, sizeof *m);
+    if (!m) return gc_fail(GC_ERR_MEMORY, "gc_create: out of host memory");
+    m->magic = GC_MODEL_MAGIC;
+    int rc = gc_device_alloc((void**)&m->arena, GC_ARENA_BYTES, "arena (" GC_STR(GC_ARENA_BYTES) " bytes)");
+    if (rc == GC_OK) rc = gc_device_zero(m->arena, GC_ARENA_BYTES);
+    for (int i = 0; rc == GC_OK && i < GC_N_CONSTANTS; i++)
+        rc = gc_copy_to_device(m->arena + gc_constants[i].offset, gc_constants[i].data, gc_constants[i].nbytes);
+    if (rc != GC_OK) { gc_destroy(m); return rc; }
+    *out = m;
+    return GC_OK;
+}
+
+GC_EXPORT int gc_train_step(gc_model* m, const void* const* inputs, int n, double* loss) {
+    GC_TRY(gc_check_model(m, "gc_train_step"));
+    if (!GC_HAS_TRAIN_STEP) return gc_fail(GC_ERR_ARG, "gc_train_step: this program has no training step");
+    GC_TRY(gc_copy_inputs(m, gc_train_inputs, GC_N_TRAIN_INPUTS, inputs, n, "gc_train_step"));
+    GC_TRY(gc_run_train(m->arena));
+    float value;
+    GC_TRY(gc_copy_to_host(&value, m->arena + GC_LOSS_OFFSET, sizeof value));
+    m->state.step++;
+    if (loss) *loss = value;
+    return GC_OK;
+}
+
+GC_EXPORT int gc_forward(gc_model* m, const void* const* inputs, int n, void* const* outputs, int n_out) {
+    GC_TRY(gc_check_model(m, "gc_forward"));
+    GC_TRY(gc_copy_inputs(m, gc_eval_inputs, GC_N_EVAL_INPUTS, inputs, n, "gc_forward"));
+    if (n_out != GC_N_EVAL_OUTPUTS) return gc_fail(GC_ERR_ARG, "gc_forward: expected %d outputs, got %d", GC_N_EVAL_OUTPUTS, n_out);
+    if (n_out && !outputs) return gc_fail(GC_ERR_ARG, "gc_forward: outputs is NULL");
+    for (int i = 0; i < n_out; i++)
+        if (!outputs[i]) return gc_fail(GC_ERR_ARG, "gc_forward: output %d (%s) is NULL", i, gc_eval_outputs[i].name);
+    GC_TRY(gc_run_eval(m->arena));
+    for (int i = 0; i < n_out; i++)
+        GC_TRY(gc_copy_to_host(outputs[i], m->arena + gc_eval_outputs[i].offset, gc_eval_outputs[i].nbytes));
+    return GC_OK;
+}
+
+static int gc_variable_access(gc_model* m, const char* name, size_t nbytes, const void* src, void* dst, const char* fn) {
+    GC_TRY(gc_check_model(m, fn));
+    if (!name) return gc_fail(GC_ERR_ARG, "%s: name is NULL", fn);
+    const gc_tensor_info* t = gc_find(gc_variables, GC_N_VARIABLES, name);
+    if (!t) return gc_fail(GC_ERR_ARG, "%s: no variable named '%s'", fn, name);
+    if (nbytes != t->nbytes) return gc_fail(GC_ERR_ARG, "%s: variable '%s' has %zu bytes, got %zu", fn, name, t->nbytes, nbytes);
+    if (!(src || dst)) return gc_fail(GC_ERR_ARG, "%s: data pointer is NULL", fn);
+    if (src) return gc_copy_to_device(m->arena + t->offset, src, nbytes);
+    return gc_copy_to_host(dst, m->arena + t->offset, nbytes);
+}
+
+GC_EXPORT int gc_get_variable(gc_model* m, const char* name, void* dst, size_t nbytes) {
+    if (!dst) return gc_fail(GC_ERR_ARG, "gc_get_variable: data pointer is NULL");
+    return gc_variable_access(m, name, nbytes, NULL, dst, "gc_get_variable");
+}
+
+GC_EXPORT int gc_set_variable(gc_model* m, const char* name, const void* src, size_t nbytes) {
+    if (!src) return gc_fail(GC_ERR_ARG, "gc_set_variable: data pointer is NULL");
+    return gc_variable_access(m, name, nbytes, src, NULL, "gc_set_variable");
+}
+
+GC_EXPORT int gc_save(gc_model* m, const char* path) {
+    GC_TRY(gc_check_model(m, "gc_save"));
+    if (!path) return gc_fail(GC_ERR_ARG, "gc_save: path is NULL");
+    return gc_checkpoint_save(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, &m->state, m->arena);
+}
+
+GC_EXPORT int gc_load(gc_model* m, const char* path) {
+    GC_TRY(gc_check_model(m, "gc_load"));
+    if (!path) return gc_fail(GC_ERR_ARG, "gc_load: path is NULL");
+    return gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, &m->state, m->arena);
+}

@@ -1,0 +1,177 @@
+// gc_checkpoint.h — the checkpoint format (the same as gcompile/checkpoint.py reads and writes).
+//
+//   magic "GCKPT\0\0\0" | u32 version | u32 tensor count | u64 layout hash | u64 step | u64 epoch | u64 rng state
+//   per tensor: u16 name length | name | u8 dtype | u8 ndim | u64 dims[ndim] | u64 byte count | bytes
+//   u32 CRC-32 (zlib's polynomial) of everything before it.   (all integers little endian)
+//
+// Written atomically: a temporary file in the same directory, fsync, rename — an existing checkpoint is
+// never replaced by a partial one. Loading checks size, checksum, magic, version and the layout hash first,
+// and only then writes into the model, so a bad file leaves the model unchanged.
+
+#define GC_CKPT_VERSION 1u
+static const char GC_CKPT_MAGIC[8] = {'G', 'C', 'K', 'P', 'T', 0, 0, 0};
+
+typedef struct {
+    const char* name;
+    int dtype;
+    int ndim;
+    int64_t dims[4];
+    size_t offset;   // in the arena
+    size_t nbytes;
+} gc_tensor_info;
+
+typedef struct {
+    uint64_t step, epoch, rng;
+} gc_train_state;
+
+static uint32_t gc_crc32(const unsigned char* p, size_t n) {
+    static uint32_t table[256];
+    if (!table[1])
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+typedef struct { unsigned char* p; size_t n, cap; } gc_buffer;
+
+static int gc_buf_put(gc_buffer* b, const void* src, size_t n) {
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->n + n) cap *= 2;
+        unsigned char* p = (unsigned char*)realloc(b->p, cap);
+        if (!p) return gc_fail(GC_ERR_MEMORY, "cannot grow the checkpoint buffer to %zu bytes", cap);
+        b->p = p; b->cap = cap;
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+    return GC_OK;
+}
+
+static int gc_write_atomic(const char* path, const void* data, size_t n) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", path);
+    FILE* f = fopen(tmp, "wb");
+    if (!f) return gc_fail(GC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    int ok = fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int err = errno;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) err = errno;
+        remove(tmp);
+        return gc_fail(GC_ERR_IO, "%s: cannot write checkpoint: %s (existing file left unchanged)", path, strerror(err));
+    }
+    return GC_OK;
+}
+
+static int gc_checkpoint_save(const char* path, const gc_tensor_info* table, int n, uint64_t layout_hash,
+                              const gc_train_state* st, const unsigned char* arena) {
+    gc_buffer b = {0};
+    uint32_t version = GC_CKPT_VERSION, count = (uint32_t)n;
+    uint64_t head[4] = {layout_hash, st->step, st->epoch, st->rng};
+    int rc = GC_OK;
+    void* host = NULL;
+    if ((rc = gc_buf_put(&b, GC_CKPT_MAGIC, 8)) || (rc = gc_buf_put(&b, &version, 4)) ||
+        (rc = gc_buf_put(&b, &count, 4)) || (rc = gc_buf_put(&b, head, sizeof head))) goto done;
+    for (int i = 0; i < n; i++) {
+        const gc_tensor_info* t = &table[i];
+        uint16_t len = (uint16_t)strlen(t->name);
+        uint8_t dt = (uint8_t)t->dtype, nd = (uint8_t)t->ndim;
+        uint64_t dims[4], nbytes = t->nbytes;
+        for (int d = 0; d < t->ndim; d++) dims[d] = (uint64_t)t->dims[d];
+        free(host);
+        host = malloc(t->nbytes ? t->nbytes : 1);
+        if (!host) { rc = gc_fail(GC_ERR_MEMORY, "cannot allocate %zu bytes", t->nbytes); goto done; }
+        if ((rc = gc_copy_to_host(host, arena + t->offset, t->nbytes))) goto done;
+        if ((rc = gc_buf_put(&b, &len, 2)) || (rc = gc_buf_put(&b, t->name, len)) || (rc = gc_buf_put(&b, &dt, 1)) ||
+            (rc = gc_buf_put(&b, &nd, 1)) || (rc = gc_buf_put(&b, dims, 8 * (size_t)t->ndim)) ||
+            (rc = gc_buf_put(&b, &nbytes, 8)) || (rc = gc_buf_put(&b, host, t->nbytes))) goto done;
+    }
+    {
+        uint32_t sum = gc_crc32(b.p, b.n);
+        if ((rc = gc_buf_put(&b, &sum, 4))) goto done;
+    }
+    rc = gc_write_atomic(path, b.p, b.n);
+done:
+    free(host);
+    free(b.p);
+    return rc;
+}
+
+// Bounds-checked reads from a file image; `what` names the field in the error.
+typedef struct { const unsigned char* p; size_t n, at; const char* path; } gc_reader;
+
+static int gc_take(gc_reader* r, void* dst, size_t n, const char* what) {
+    if (r->at + n > r->n)
+        return gc_fail(GC_ERR_FORMAT, "%s: truncated at byte %zu while reading %s", r->path, r->at, what);
+    memcpy(dst, r->p + r->at, n);
+    r->at += n;
+    return GC_OK;
+}
+
+static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int n, uint64_t layout_hash,
+                              gc_train_state* st, unsigned char* arena) {
+    unsigned char* file;
+    size_t size;
+    GC_TRY(gc_read_file(path, &file, &size));
+    int rc = GC_OK;
+    const unsigned char** src = (const unsigned char**)calloc(n ? n : 1, sizeof *src);
+    gc_reader r = {file, size >= 4 ? size - 4 : 0, 0, path};
+    char magic[8];
+    uint32_t version, count;
+    uint64_t head[4];
+    uint32_t stored_sum, sum;
+    if (!src) { rc = gc_fail(GC_ERR_MEMORY, "out of host memory"); goto done; }
+    if (size < 52) { rc = gc_fail(GC_ERR_FORMAT, "%s: %zu bytes is too short for a checkpoint", path, size); goto done; }
+    if (memcmp(file, GC_CKPT_MAGIC, 8) != 0) { rc = gc_fail(GC_ERR_FORMAT, "%s: bytes 0-7: not a gcompile checkpoint", path); goto done; }
+    memcpy(&stored_sum, file + size - 4, 4);
+    sum = gc_crc32(file, size - 4);
+    if (sum != stored_sum) { rc = gc_fail(GC_ERR_FORMAT, "%s: checksum mismatch (corrupted or truncated file)", path); goto done; }
+    if ((rc = gc_take(&r, magic, 8, "magic")) || (rc = gc_take(&r, &version, 4, "version")) ||
+        (rc = gc_take(&r, &count, 4, "tensor count")) || (rc = gc_take(&r, head, sizeof head, "header"))) goto done;
+    if (version != GC_CKPT_VERSION) {
+        rc = gc_fail(GC_ERR_FORMAT, "%s: checkpoint format version %u, this program reads version %u", path, version, GC_CKPT_VERSION);
+        goto done;
+    }
+    if (head[0] != layout_hash) {
+        rc = gc_fail(GC_ERR_FORMAT, "%s: written by a different program (parameter layout hash %016llx, this program's "
+                     "is %016llx)", path, (unsigned long long)head[0], (unsigned long long)layout_hash);
+        goto done;
+    }
+    for (uint32_t k = 0; k < count; k++) {
+        uint16_t len;
+        uint8_t dt, nd;
+        uint64_t dims[8], nbytes;
+        char name[256];
+        if ((rc = gc_take(&r, &len, 2, "name length"))) goto done;
+        if (len >= sizeof name) { rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: name length %u too long", path, r.at, len); goto done; }
+        if ((rc = gc_take(&r, name, len, "name")) || (rc = gc_take(&r, &dt, 1, "dtype")) || (rc = gc_take(&r, &nd, 1, "ndim"))) goto done;
+        name[len] = 0;
+        if (nd > 8) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s: %u dimensions", path, name, nd); goto done; }
+        if ((rc = gc_take(&r, dims, 8 * (size_t)nd, "dims")) || (rc = gc_take(&r, &nbytes, 8, "byte count"))) goto done;
+        int i = 0;
+        while (i < n && strcmp(table[i].name, name) != 0) i++;
+        if (i == n) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s is not a variable of this program", path, name); goto done; }
+        if (src[i]) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s appears twice", path, name); goto done; }
+        int same = dt == table[i].dtype && nd == table[i].ndim && nbytes == table[i].nbytes;
+        for (int d = 0; same && d < nd; d++) same = dims[d] == (uint64_t)table[i].dims[d];
+        if (!same) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s has another shape or dtype than the program's", path, name); goto done; }
+        if (r.at + nbytes > r.n) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s truncated at byte %zu", path, name, r.at); goto done; }
+        src[i] = r.p + r.at;
+        r.at += nbytes;
+    }
+    for (int i = 0; i < n; i++)
+        if (!src[i]) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s is missing", path, table[i].name); goto done; }
+    for (int i = 0; i < n; i++)
+        if ((rc = gc_copy_to_device(arena + table[i].offset, src[i], table[i].nbytes))) goto done;
+    st->step = head[1]; st->epoch = head[2]; st->rng = head[3];
+done:
+    free(src);
+    free(file);
+    return rc;
+}

@@ -1,0 +1,142 @@
+// gc_runtime.h — error handling, the device abstraction (CUDA or host), allocation counting, timers.
+// Inlined into every generated program. Compiled by nvcc (GC_CUDA) or by a C++ compiler (cpu target).
+//
+// Error style: every fallible function returns an int code (GC_OK = 0) and leaves a message in
+// gc_last_error(); nothing here aborts the process, so a library loaded into Python can never take it down.
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <errno.h>
+#include <unistd.h>
+#ifdef __CUDACC__
+#define GC_CUDA 1
+#include <cuda_runtime.h>
+#endif
+
+enum {
+    GC_OK = 0,
+    GC_ERR_ARG = 1,      // a caller passed a bad argument (null pointer, wrong size, unknown name)
+    GC_ERR_DEVICE = 2,   // the CUDA runtime reported an error
+    GC_ERR_IO = 3,       // a file could not be opened, read or written
+    GC_ERR_FORMAT = 4,   // a file's content is not what it must be
+    GC_ERR_MEMORY = 5,   // an allocation failed
+    GC_ERR_NUMERIC = 6,  // a non-finite loss
+};
+
+static char gc_error_message[1024];
+
+static int gc_fail(int code, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(gc_error_message, sizeof gc_error_message, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+// Return early with the code of a failing call (its message is already recorded).
+#define GC_TRY(expr) do { int gc_rc_ = (expr); if (gc_rc_ != GC_OK) return gc_rc_; } while (0)
+
+#ifdef GC_CUDA
+// Every CUDA call goes through this: on failure it records file:line and the CUDA message.
+#define GC_CUDA_TRY(call) do { cudaError_t gc_e_ = (call); if (gc_e_ != cudaSuccess) \
+    return gc_fail(GC_ERR_DEVICE, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, cudaGetErrorString(gc_e_)); \
+    } while (0)
+// After each kernel launch: launch-configuration errors are reported where they happen.
+#define GC_LAUNCH_CHECK() GC_CUDA_TRY(cudaGetLastError())
+#else
+#define GC_LAUNCH_CHECK() do {} while (0)
+#endif
+
+// ---- device memory: the only place the program allocates on the device ----------------------------
+static int gc_device_alloc(void** out, size_t bytes, const char* what) {
+#ifdef GC_CUDA
+    cudaError_t e = cudaMalloc(out, bytes);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes of device memory for the %s: %s",
+                       bytes, what, cudaGetErrorString(e));
+    }
+    return GC_OK;
+#else
+    *out = NULL;
+    if (bytes == 0) bytes = 256;
+    if (posix_memalign(out, 256, bytes) != 0) {
+        *out = NULL;
+        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes for the %s", bytes, what);
+    }
+    return GC_OK;
+#endif
+}
+
+static void gc_device_free(void* p) {
+#ifdef GC_CUDA
+    if (p) cudaFree(p);
+#else
+    free(p);
+#endif
+}
+
+static int gc_copy_to_device(void* dst, const void* src, size_t bytes) {
+#ifdef GC_CUDA
+    GC_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+#else
+    memcpy(dst, src, bytes);
+#endif
+    return GC_OK;
+}
+
+static int gc_copy_to_host(void* dst, const void* src, size_t bytes) {
+#ifdef GC_CUDA
+    GC_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+#else
+    memcpy(dst, src, bytes);
+#endif
+    return GC_OK;
+}
+
+static int gc_device_zero(void* dst, size_t bytes) {
+#ifdef GC_CUDA
+    GC_CUDA_TRY(cudaMemset(dst, 0, bytes));
+#else
+    memset(dst, 0, bytes);
+#endif
+    return GC_OK;
+}
+
+static int gc_synchronize(void) {
+#ifdef GC_CUDA
+    GC_CUDA_TRY(cudaDeviceSynchronize());
+#endif
+    return GC_OK;
+}
+
+static double gc_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// ---- a small seeded RNG (splitmix64) for shuffling; its whole state is one uint64 ---------------------
+static uint64_t gc_rng_next(uint64_t* state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Fisher-Yates shuffle of idx[0..n) driven by the RNG (unbiased: rejection on the modulo range).
+static void gc_shuffle(int32_t* idx, int64_t n, uint64_t* state) {
+    for (int64_t i = n - 1; i > 0; i--) {
+        uint64_t bound = (uint64_t)(i + 1), limit = UINT64_MAX - UINT64_MAX % bound, r;
+        do { r = gc_rng_next(state); } while (r >= limit);
+        int64_t j = (int64_t)(r % bound);
+        int32_t t = idx[i]; idx[i] = idx[j]; idx[j] = t;
+    }
+}
+
+#define GC_STR_(x) #x
+#define GC_STR(x) GC_STR_(x)
