@@ -104,6 +104,9 @@ class NumpyExecutor:
             else:
                 out = get_op(node.op).compute(node, *(values[i] for i in node.inputs))
                 values[node] = np.asarray(out, dtype=self.dtype_of(node))
+                if values[node].shape != node.shape:
+                    raise GCompileError(f"{node.op}: computed shape {values[node].shape} differs from the inferred "
+                                        f"shape of {node.describe()} (a bug in the op's infer or compute)")
                 if node.op == "assign":
                     writes.append((node.inputs[0].name, values[node]))
         for name, value in writes:
