@@ -84,10 +84,7 @@ class Node:
     def __neg__(self): return neg(self)
     def __pos__(self): return self
 
-    def __pow__(self, exponent):
-        if isinstance(exponent, Node):
-            raise ShapeError(f"pow: exponent must be a Python number, got node {exponent.describe()}")
-        return pow(self, exponent)
+    def __pow__(self, exponent): return pow(self, exponent)
 
     @property
     def T(self) -> "Node":
@@ -173,6 +170,8 @@ def ones_like(x): return Node("ones_like", (x,))
 
 
 def pow(x, exponent: float):  # noqa: A001 - mirrors numpy's name
+    if isinstance(exponent, Node):
+        raise ShapeError(f"pow: exponent must be a Python number, got node {exponent.describe()}")
     return Node("pow", (x,), {"exponent": float(exponent)})
 
 
