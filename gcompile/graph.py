@@ -222,10 +222,11 @@ def softmax_cross_entropy(logits, labels):
     """Mean over the batch of -log softmax(logits)[label]; `labels` are class indices (B,) of an integer
     dtype, or one-hot / probability rows (B, C) of the logits' dtype. Returns a scalar (shape ())."""
     if isinstance(labels, Node) and labels.dtype in FLOAT_DTYPES:
-        if labels.shape != logits.shape:
-            raise ShapeError(f"softmax_cross_entropy: one-hot labels {labels.describe()} must have the "
-                             f"logits' shape {logits.describe()}")
-        batch = logits.shape[0] if logits.shape else 1
+        if logits.ndim != 2 or labels.shape != logits.shape or labels.dtype != logits.dtype:
+            raise ShapeError(f"softmax_cross_entropy: float labels {labels.describe()} must be one-hot rows of the "
+                             f"logits' shape and dtype, with logits {logits.describe()} of shape (batch, classes) "
+                             f"(class indices are int32 or uint8)")
+        batch = logits.shape[0]
         return neg(reduce_sum(labels * log_softmax(logits, axis=-1))) * (1.0 / batch)
     return Node("softmax_cross_entropy", (logits, labels))
 
