@@ -111,4 +111,4 @@ class NumpyExecutor:
                     writes.append((node.inputs[0].name, values[node]))
         for name, value in writes:
             self.variables[name] = value.copy()
-        return [values[o].copy() if o.op == "variable" else values[o] for o in self.outputs]
+        return [values[o].copy() for o in self.outputs]  # views (reshape of a variable) must not leak state
