@@ -276,7 +276,7 @@ def topological_order(outputs: Iterable[Node]) -> list[Node]:
 def format_attr(value) -> str:
     if isinstance(value, np.ndarray):
         if value.ndim == 0:
-            return repr(value.item())
+            return str(value[()])  # shortest text of the value at its own precision: float32 0.1 prints 0.1
         if value.size <= 4:
             return np.array2string(value.ravel(), separator=",").replace(" ", "")
         return f"<array {value.shape}>"
