@@ -104,8 +104,11 @@ class NumpyExecutor:
             else:
                 out = get_op(node.op).compute(node, *(values[i] for i in node.inputs))
                 values[node] = np.asarray(out, dtype=self.dtype_of(node))
+                if values[node].shape != node.shape:
+                    raise GCompileError(f"{node.op}: computed shape {values[node].shape} differs from the inferred "
+                                        f"shape of {node.describe()} (a bug in the op's infer or compute)")
                 if node.op == "assign":
                     writes.append((node.inputs[0].name, values[node]))
         for name, value in writes:
             self.variables[name] = value.copy()
-        return [values[o].copy() if o.op == "variable" else values[o] for o in self.outputs]
+        return [values[o].copy() for o in self.outputs]  # views (reshape of a variable) must not leak state

@@ -84,10 +84,7 @@ class Node:
     def __neg__(self): return neg(self)
     def __pos__(self): return self
 
-    def __pow__(self, exponent):
-        if isinstance(exponent, Node):
-            raise ShapeError(f"pow: exponent must be a Python number, got node {exponent.describe()}")
-        return pow(self, exponent)
+    def __pow__(self, exponent): return pow(self, exponent)
 
     @property
     def T(self) -> "Node":
@@ -173,6 +170,8 @@ def ones_like(x): return Node("ones_like", (x,))
 
 
 def pow(x, exponent: float):  # noqa: A001 - mirrors numpy's name
+    if isinstance(exponent, Node):
+        raise ShapeError(f"pow: exponent must be a Python number, got node {exponent.describe()}")
     return Node("pow", (x,), {"exponent": float(exponent)})
 
 
@@ -223,10 +222,11 @@ def softmax_cross_entropy(logits, labels):
     """Mean over the batch of -log softmax(logits)[label]; `labels` are class indices (B,) of an integer
     dtype, or one-hot / probability rows (B, C) of the logits' dtype. Returns a scalar (shape ())."""
     if isinstance(labels, Node) and labels.dtype in FLOAT_DTYPES:
-        if labels.shape != logits.shape:
-            raise ShapeError(f"softmax_cross_entropy: one-hot labels {labels.describe()} must have the "
-                             f"logits' shape {logits.describe()}")
-        batch = logits.shape[0] if logits.shape else 1
+        if logits.ndim != 2 or labels.shape != logits.shape or labels.dtype != logits.dtype:
+            raise ShapeError(f"softmax_cross_entropy: float labels {labels.describe()} must be one-hot rows of the "
+                             f"logits' shape and dtype, with logits {logits.describe()} of shape (batch, classes) "
+                             f"(class indices are int32 or uint8)")
+        batch = logits.shape[0]
         return neg(reduce_sum(labels * log_softmax(logits, axis=-1))) * (1.0 / batch)
     return Node("softmax_cross_entropy", (logits, labels))
 
@@ -276,7 +276,7 @@ def topological_order(outputs: Iterable[Node]) -> list[Node]:
 def format_attr(value) -> str:
     if isinstance(value, np.ndarray):
         if value.ndim == 0:
-            return repr(value.item())
+            return str(value[()])  # shortest text of the value at its own precision: float32 0.1 prints 0.1
         if value.size <= 4:
             return np.array2string(value.ravel(), separator=",").replace(" ", "")
         return f"<array {value.shape}>"

@@ -49,8 +49,9 @@ class Mul(Elementwise):
 class Div(Elementwise):
     name, arity, c_expr = "div", 2, "({0} / {1})"
     def compute(self, node, a, b):
-        if node.dtype == "int32":
-            return np.floor_divide(a, b)  # C truncates; int division is not differentiated anyway
+        if node.dtype not in G.FLOAT_DTYPES:  # C's `/` on integers truncates toward zero; numpy's // floors
+            q = np.floor_divide(a, b)
+            return q + ((q < 0) & (q * b != a))
         return a / b
     def grad(self, node, g):
         a, b = node.inputs

@@ -67,6 +67,8 @@ class Cast(Op):
         return node.inputs[0].shape, node.attrs["dtype"]
 
     def compute(self, node, x):
+        if x.dtype.kind == "f" and node.dtype in G.FLOAT_DTYPES:
+            return x  # the executor stores floats at its own precision (all float64 in gradient-check mode)
         return x.astype(node.attrs["dtype"])
 
     def grad(self, node, g):

@@ -20,7 +20,7 @@ class Transpose(Op):
         return tuple(x.shape[p] for p in perm), x.dtype
 
     def compute(self, node, x):
-        return np.transpose(x, node.attrs["perm"]).copy()
+        return np.transpose(x, node.attrs["perm"]).copy()  # not ascontiguousarray: it turns 0-d into 1-d
 
     def grad(self, node, g):
         return [G.transpose(g, tuple(np.argsort(node.attrs["perm"])))]
