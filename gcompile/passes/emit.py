@@ -95,7 +95,7 @@ def emit(module, schedules, plan, kernels, target: str, build_command: str) -> s
         if n.op == "constant" and b.region == "persistent":
             flat = np.asarray(n.attrs["value"]).reshape(-1)
             constants.append({"ctype": C_TYPES[n.dtype], "offset": b.offset, "nbytes": n.nbytes,
-                              "values": ", ".join(c_literal(v, n.dtype) for v in flat),
+                              "data": ", ".join(c_literal(v, n.dtype) for v in flat),
                               "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
 
     variables = [tensor_row(v, offset(v)) for v in module.variables]

@@ -16,6 +16,7 @@ from ..errors import GCompileError
 from ..graph import Node
 from ..ops import get_op
 from ..ops.elementwise import Elementwise
+from .plan_memory import is_literal, storage_root
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "uint8": "uint8_t"}
 NO_KERNEL = {"placeholder", "variable", "constant", "reshape"}
@@ -102,8 +103,9 @@ class Lowering:
 
     def operand(self, node: Node, index_expr: str) -> str:
         """C expression of one element of an input: scalar constants become literals."""
-        if node.op == "constant" and node.size == 1:
-            return c_literal(node.attrs["value"].reshape(-1)[0], node.dtype)
+        root = storage_root(node)
+        if is_literal(root):
+            return c_literal(root.attrs["value"].reshape(-1)[0], node.dtype)
         return f"{self.pointer(node)}[{index_expr}]"
 
     def kernel(self, node: Node, index: int) -> Kernel | None:
@@ -177,6 +179,8 @@ class Lowering:
             "count": count, "base": base, "offset": offset, "combine": combine, "init": init,
             "scale": c_literal(scale, node.dtype) if scale is not None else None,
             "ctype": C_TYPES[node.dtype],
+            # the cpu target sums floats in double (see runtime/gc_kernels_cpu.h); the cuda target in T
+            "acc_ctype": "double" if node.dtype in ("float32", "float64") else C_TYPES[node.dtype],
             # few elements per output: one thread per output; many: one block per output, tree-reduced
             "per_block": count > 64, "blocks": blocks_for(node.size),
         }

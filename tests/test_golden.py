@@ -1,0 +1,153 @@
+"""Golden tests: compiled programs (cpu target here, cuda on a GPU machine) against the numpy reference.
+
+The rule (design.md): outputs and parameters after several training steps equal NumpyExecutor's within
+rtol 1e-4, atol 1e-5 in float32. Every op is compiled alone AND through its gradient graph, all ops of a
+target in one program so the whole suite costs one compiler run per target.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gcompile as gc
+
+RTOL, ATOL = 1e-4, 1e-5
+TARGETS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def op_cases():
+    """(name, build(placeholders) -> node, input arrays) for every op of the library."""
+    r = np.random.RandomState(0)
+    a, b = r.uniform(-1, 1, (5, 7)), r.uniform(-1, 1, (5, 7))
+    pos = r.uniform(0.5, 2.0, (5, 7))
+    row, col = r.uniform(-1, 1, (7,)), r.uniform(-1, 1, (5, 1))
+    cube = r.uniform(-1, 1, (3, 4, 5))
+    labels = r.randint(0, 7, size=(5,)).astype(np.int32)
+    away = r.uniform(0.2, 1.0, (5, 7)) * r.choice([-1, 1], (5, 7))
+    distinct = (r.permutation(35) * 0.1 - 1.7).reshape(5, 7)
+    return [
+        ("add", lambda x, y: x + y, [a, row]),
+        ("sub", lambda x, y: x - y, [a, col]),
+        ("mul", lambda x, y: x * y, [a, b]),
+        ("div", lambda x, y: x / y, [a, pos]),
+        ("rsub_scalar", lambda x: 2.0 - x, [a]),
+        ("neg", lambda x: -x, [a]),
+        ("pow", lambda x: x ** 3, [a]),
+        ("pow_half", lambda x: x ** 0.5, [pos]),
+        ("exp", gc.exp, [a]),
+        ("log", gc.log, [pos]),
+        ("sqrt", gc.sqrt, [pos]),
+        ("tanh", gc.tanh, [a]),
+        ("sigmoid", gc.sigmoid, [a * 8]),
+        ("relu", gc.relu, [away]),
+        ("maximum", gc.maximum, [distinct, distinct.T.reshape(5, 7) + 0.05]),
+        ("minimum", gc.minimum, [distinct, distinct.T.reshape(5, 7) + 0.05]),
+        ("matmul", lambda x, y: x @ y, [a, r.uniform(-1, 1, (7, 3))]),
+        ("matmul_ta", lambda x, y: gc.matmul(x, y, trans_a=True), [a, r.uniform(-1, 1, (5, 3))]),
+        ("matmul_tb", lambda x, y: gc.matmul(x, y, trans_b=True), [a, r.uniform(-1, 1, (3, 7))]),
+        ("matmul_tab", lambda x, y: gc.matmul(x, y, True, True), [a, r.uniform(-1, 1, (3, 5))]),
+        ("matmul_big", lambda x, y: x @ y, [r.uniform(-1, 1, (70, 130)), r.uniform(-1, 1, (130, 90))]),
+        ("transpose", lambda x: gc.transpose(x, (2, 0, 1)), [cube]),
+        ("reshape", lambda x: gc.reshape(x, (4, -1)) * 2.0, [cube]),
+        ("broadcast_to", lambda x: gc.broadcast_to(x, (4, 5, 1)), [col]),
+        ("reduce_sum_0", lambda x: gc.reduce_sum(x, 0), [cube]),
+        ("reduce_sum_02", lambda x: gc.reduce_sum(x, (0, 2), keepdims=True), [cube]),
+        ("reduce_sum_all", gc.reduce_sum, [r.uniform(-1, 1, (40, 30))]),
+        ("reduce_mean_1", lambda x: gc.reduce_mean(x, 1), [cube]),
+        ("reduce_max_2", lambda x: gc.reduce_max(x, -1), [distinct.reshape(5, 7)]),
+        ("softmax", gc.softmax, [a * 5]),
+        ("softmax_axis0", lambda x: gc.softmax(x, axis=0), [cube]),
+        ("log_softmax", gc.log_softmax, [a * 5]),
+        ("softmax_cross_entropy", gc.softmax_cross_entropy, [a * 3, labels]),
+        ("softmax_cross_entropy_onehot", lambda x, y: gc.softmax_cross_entropy(x, gc.one_hot(y, 7)),
+         [a * 3, labels]),
+        ("ones_like", lambda x: gc.ones_like(x) + x, [a]),
+        ("zeros_like", lambda x: gc.zeros_like(x) - x, [a]),
+        ("cast", lambda x: gc.cast(gc.cast(x * 10.0, "int32"), "float32"), [a]),
+    ]
+
+
+def build_all():
+    """One graph holding every op and the gradient of each w.r.t. its float inputs."""
+    outputs, feeds = [], {}
+    for name, build, inputs in op_cases():
+        places = []
+        for i, value in enumerate(inputs):
+            dtype = "int32" if value.dtype.kind in "iu" else "float32"
+            p = gc.placeholder(f"{name}_in{i}", value.shape, dtype=dtype)
+            places.append(p)
+            feeds[p] = value.astype(dtype)
+        out = build(*places)
+        outputs.append(out)
+        floats = [p for p in places if p.dtype == "float32"]
+        if out.dtype == "float32" and floats and name != "cast":
+            weights = gc.constant(np.random.RandomState(1).uniform(-1, 1, out.shape), dtype="float32")
+            outputs += gc.gradients(gc.reduce_sum(out * weights), floats)
+    return outputs, feeds
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_op_and_its_gradient_matches_numpy(target, tmp_path, monkeypatch):
+    monkeypatch.setenv("GCOMPILE_CACHE", str(tmp_path))
+    outputs, feeds = build_all()
+    expected = gc.NumpyExecutor(outputs).run(feeds)
+    got = gc.Executor(outputs, target=target).run(feeds)
+    assert len(got) == len(outputs)
+    for node, e, g in zip(outputs, expected, got):
+        np.testing.assert_allclose(g, e, rtol=RTOL, atol=ATOL, err_msg=node.describe())
+
+
+def mlp(batch, hidden, classes=10, features=20, momentum=0.0):
+    r = np.random.RandomState(7)
+    x = gc.placeholder("x", (batch, features))
+    y = gc.placeholder("y", (batch,), dtype="int32")
+    params, h = [], x
+    sizes = [features, *hidden, classes]
+    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+        W = gc.variable(f"W{i}", init=r.normal(0, 0.3, (n_in, n_out)).astype(np.float32))
+        b = gc.variable(f"b{i}", init=r.normal(0, 0.1, (n_out,)).astype(np.float32))
+        params += [W, b]
+        h = h @ W + b
+        if i < len(hidden):
+            h = gc.relu(h)
+    loss = gc.softmax_cross_entropy(h, y)
+    return gc.Program(loss, params, gc.SGD(lr=0.5, momentum=momentum), outputs={"logits": h}, name="mlp")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("hidden,momentum", [((), 0.0), ((32, 16), 0.0), ((24,), 0.9)],
+                         ids=["logreg", "mlp", "mlp_momentum"])
+def test_training_steps_match_numpy(target, hidden, momentum, tmp_path):
+    program = mlp(batch=64, hidden=hidden, momentum=momentum)
+    model = gc.load(gc.compile(program, target=target, out_dir=tmp_path))
+    reference = gc.NumpyExecutor(program.train_outputs)
+    r = np.random.RandomState(3)
+    for step in range(5):
+        x = r.uniform(0, 1, (64, 20)).astype(np.float32)
+        y = r.randint(0, 10, 64).astype(np.int32)
+        got = model.train_step(x, y)
+        (want,) = reference.run({"x": x, "y": y})[:1]
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"loss at step {step}")
+    for name, value in model.params.items():
+        np.testing.assert_allclose(value, reference.variables[name], rtol=RTOL, atol=ATOL, err_msg=name)
+    logits = model.predict(x)
+    ref_logits = gc.NumpyExecutor([program.outputs["logits"]])
+    for name in ref_logits.variables:
+        ref_logits.set_variable(name, reference.variables[name])
+    np.testing.assert_allclose(logits, ref_logits.run({"x": x})[0], rtol=RTOL, atol=ATOL)
+
+
+def test_cuda_target_compiles_with_nvcc(tmp_path):
+    """Compile-only check of the cuda target (CI has nvcc but no GPU)."""
+    import shutil
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    outputs, _ = build_all()
+    artifact = gc.compile(outputs, target="cuda", out_dir=tmp_path / "ops", name="ops")
+    artifact2 = gc.compile(mlp(batch=64, hidden=(32,)), target="cuda", out_dir=tmp_path / "mlp")
+    for a in (artifact, artifact2):
+        text = open(a.source).read()
+        assert text.startswith("// @generated by gcompile")
+        assert "cudaMalloc" in text and "__global__" in text
+        for path in (a.binary, a.library):
+            assert open(path, "rb").read(4) == b"\x7fELF"
