@@ -20,7 +20,7 @@ class Transpose(Op):
         return tuple(x.shape[p] for p in perm), x.dtype
 
     def compute(self, node, x):
-        return np.ascontiguousarray(np.transpose(x, node.attrs["perm"]))
+        return np.transpose(x, node.attrs["perm"]).copy()  # C order; ascontiguousarray makes 0-d into (1,)
 
     def grad(self, node, g):
         return [G.transpose(g, tuple(np.argsort(node.attrs["perm"])))]
@@ -66,7 +66,7 @@ class BroadcastTo(Op):
         return shape, x.dtype
 
     def compute(self, node, x):
-        return np.ascontiguousarray(np.broadcast_to(x, node.attrs["shape"]))
+        return np.broadcast_to(x, node.attrs["shape"]).copy()
 
     def grad(self, node, g):
         return [g]  # autodiff sums over the broadcast axes
