@@ -33,8 +33,8 @@ def mlp_feed(prog: gc.Program, seed=0) -> dict:
 # --- random graphs -----------------------------------------------------------------------------
 UNARY = (gc.neg, gc.relu, gc.tanh, gc.sigmoid)
 BINARY = (gc.add, gc.sub, gc.mul, gc.maximum)
-STEP_KINDS = ("unary", "binary", "scalar", "matmul", "reduce", "reshape", "transpose", "broadcast", "repeat",
-              "assign")
+STEP_KINDS = ("unary", "binary", "scalar", "matmul", "reduce", "reshape", "transpose", "broadcast",
+              "repeat", "assign")
 
 
 def broadcastable(a, b) -> bool:
@@ -42,8 +42,8 @@ def broadcastable(a, b) -> bool:
 
 
 def add_step(pool: list, kind: str, i: int, j: int, p: int, assigned: set) -> None:
-    """Append one node to `pool` built from pool[-1-i], pool[-1-j] (indices wrap; small ones pick recent nodes) and a small parameter p; a step
-    that does not fit the operands' shapes adds a unary node instead."""
+    """Append one node to `pool` built from pool[-1-i], pool[-1-j] (recent nodes; indices wrap) and a small
+    parameter p; a step that does not fit the operands' shapes adds a unary node instead."""
     a, b = pool[-1 - i % len(pool)], pool[-1 - j % len(pool)]
     node = None
     if kind == "binary" and broadcastable(a, b):
@@ -79,13 +79,14 @@ def random_graphs(draw, max_steps=20):
     Outputs are the last node and some others, never a leaf nor a view of an assigned variable (after the
     step such a view would show the new value, the reference executor the old one)."""
     dims = st.sampled_from((1, 2, 3, 4))
-    shapes = [draw(st.tuples(dims, dims)), draw(st.tuples(dims)), draw(st.tuples(dims, dims)), draw(st.tuples(dims))]
+    matrix, vector = st.tuples(dims, dims), st.tuples(dims)
+    shapes = [draw(matrix), draw(vector), draw(matrix), draw(vector)]
     leaves = [gc.placeholder("p0", shapes[0]), gc.placeholder("p1", shapes[1]),
               gc.variable("v0", shapes[2], init=gc.init.normal(1.0, seed=1)),
               gc.variable("v1", shapes[3], init=gc.init.normal(1.0, seed=2))]
     pool, assigned = list(leaves), set()
-    steps = draw(st.lists(st.tuples(st.sampled_from(STEP_KINDS), st.integers(0, 3), st.integers(0, 7),
-                                    st.integers(0, 15)), min_size=6, max_size=max_steps))
+    step = st.tuples(st.sampled_from(STEP_KINDS), st.integers(0, 3), st.integers(0, 7), st.integers(0, 15))
+    steps = draw(st.lists(step, min_size=6, max_size=max_steps))
     for step in steps:
         add_step(pool, *step, assigned)
     picks = draw(st.lists(st.integers(0, len(pool) - 1), max_size=4))
