@@ -41,9 +41,10 @@ def broadcastable(a, b) -> bool:
     return all(x == y or 1 in (x, y) for x, y in zip(a.shape[::-1], b.shape[::-1]))
 
 
-def add_step(pool: list, kind: str, i: int, j: int, p: int, assigned: set) -> None:
+def add_step(pool: list, kind: str, i: int, j: int, p: int, assigned: dict) -> None:
     """Append one node to `pool` built from pool[-1-i], pool[-1-j] (recent nodes; indices wrap) and a small
-    parameter p; a step that does not fit the operands' shapes adds a unary node instead."""
+    parameter p; a step that does not fit the operands' shapes adds a unary node instead. An assign goes to
+    `assigned` (variable -> assign), not to the pool: nothing reads it, as in a training step."""
     a, b = pool[-1 - i % len(pool)], pool[-1 - j % len(pool)]
     node = None
     if kind == "binary" and broadcastable(a, b):
@@ -68,23 +69,23 @@ def add_step(pool: list, kind: str, i: int, j: int, p: int, assigned: set) -> No
     elif kind == "assign":
         targets = [v for v in pool if v.op == "variable" and v.shape == a.shape and v not in assigned]
         if targets and a.op != "variable":
-            assigned.add(targets[0])
-            node = gc.assign(targets[0], a)
+            assigned[targets[0]] = gc.assign(targets[0], a)
+            return
     pool.append(node if node is not None else UNARY[p % 4](a))
 
 
 @st.composite
 def random_graphs(draw, max_steps=20):
     """(outputs, feed): a random DAG over two placeholders and two variables of random small shapes.
-    Outputs are the last node and some others, never a leaf nor a view of an assigned variable (after the
-    step such a view would show the new value, the reference executor the old one)."""
+    Outputs are every assign, the last node and some others, never a leaf nor a view of an assigned
+    variable (after the step such a view would show the new value, the reference executor the old one)."""
     dims = st.sampled_from((1, 2, 3, 4))
     matrix, vector = st.tuples(dims, dims), st.tuples(dims)
     shapes = [draw(matrix), draw(vector), draw(matrix), draw(vector)]
     leaves = [gc.placeholder("p0", shapes[0]), gc.placeholder("p1", shapes[1]),
               gc.variable("v0", shapes[2], init=gc.init.normal(1.0, seed=1)),
               gc.variable("v1", shapes[3], init=gc.init.normal(1.0, seed=2))]
-    pool, assigned = list(leaves), set()
+    pool, assigned = list(leaves), {}
     step = st.tuples(st.sampled_from(STEP_KINDS), st.integers(0, 3), st.integers(0, 7), st.integers(0, 15))
     steps = draw(st.lists(step, min_size=6, max_size=max_steps))
     for step in steps:
@@ -92,8 +93,7 @@ def random_graphs(draw, max_steps=20):
     picks = draw(st.lists(st.integers(0, len(pool) - 1), max_size=4))
     outputs = [pool[-1]] + [pool[k] for k in picks]
     outputs = [n for n in dict.fromkeys(outputs) if n.inputs and root_variable(n) not in assigned]
-    if not outputs:
-        outputs = [gc.neg(pool[-1])]
+    outputs = (outputs or [gc.neg(pool[-1])]) + list(assigned.values())
     rng = np.random.RandomState(draw(st.integers(0, 2**16)))
     used = gc.topological_order(outputs)
     feed = {p: rng.randn(*p.shape).astype("float32") for p in leaves[:2] if p in used}
