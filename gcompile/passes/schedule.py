@@ -9,7 +9,8 @@ Constraints (a networkx DiGraph from each node to what must run before it):
 
 Heuristic, among the nodes whose constraints are met:
 1. the one that grows the live set least: its result's bytes minus the bytes of the inputs it is the last
-   reader of (so frees come early and allocations late);
+   reader of, reads through a reshape counting as reads of the reshaped node (so frees come early and
+   allocations late);
 2. ties go to the earlier node of a depth-first order that visits the operand with the largest
    `need - size` first, `need` being the peak of live bytes while computing a node, estimated as if the
    graph were a tree: for operands c_1..c_k in that order, with S_j = size(c_1) + ... + size(c_j),
@@ -41,20 +42,20 @@ def schedule(outputs: list[Node]) -> list[Node]:
     deps.remove_node("outputs")
     readers_left = dict.fromkeys(deps, 0)
     for n in deps:
-        for i in set(n.inputs):
+        for i in buffers_read(n):
             readers_left[i] += 1
     waiting_on = {n: deps.out_degree(n) for n in deps}
     ready = {n for n, count in waiting_on.items() if count == 0}
     order = []
 
     def growth(n: Node) -> int:
-        return size(n) - sum(size(i) for i in set(n.inputs) if readers_left[i] == 1)
+        return size(n) - sum(size(i) for i in buffers_read(n) if readers_left[i] == 1)
 
     while ready:
         n = min(ready, key=lambda n: (growth(n), rank[n]))
         ready.remove(n)
         order.append(n)
-        for i in set(n.inputs):
+        for i in buffers_read(n):
             readers_left[i] -= 1
         for user in deps.predecessors(n):
             waiting_on[user] -= 1
@@ -100,6 +101,11 @@ def peak_need(operands, n: Node, need) -> int:
         peak = max(peak, waiting + need[c])
         waiting += size(c)
     return max(peak, waiting + size(n))
+
+
+def buffers_read(n: Node) -> set:
+    """The nodes whose results n reads: its inputs, seen through reshapes (views); a reshape reads nothing."""
+    return set() if n.op == "reshape" else {old_value_of(i) for i in n.inputs}
 
 
 def old_value_of(n: Node) -> Node:
