@@ -5,7 +5,7 @@ and `compile` turns a `Program` into one C++/CUDA source file and a binary or sh
 """
 from . import init  # noqa: F401
 from .autodiff import gradients  # noqa: F401
-from .errors import BuildError, DataError, GCompileError, RuntimeFailure, ShapeError  # noqa: F401
+from .errors import BuildError, DataError, GCompileError, PlanError, RuntimeFailure, ShapeError  # noqa: F401
 from .executor import NumpyExecutor  # noqa: F401
 from .graph import (Node, add, as_node, assign, broadcast_to, cast, constant, div, equal, exp,  # noqa: F401
                     format_graph, greater_equal, log, log_softmax, matmul, maximum, minimum, mul, neg,

@@ -34,3 +34,7 @@ class BuildError(GCompileError):
 
 class RuntimeFailure(GCompileError):
     """A compiled program reported an error through its C ABI."""
+
+
+class PlanError(GCompileError):
+    """A memory plan is unsafe: two buffers overlap while both are live, or a buffer is misplaced."""
