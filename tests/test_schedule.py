@@ -5,7 +5,7 @@ from textwrap import dedent
 import pytest
 
 import gcompile as gc
-from gcompile.passes import schedule, simplify
+from gcompile.passes import plan_memory, schedule, simplify
 from graphs import mlp_program
 
 
@@ -87,3 +87,24 @@ def test_unschedulable_writes_are_reported(build):
     v = gc.variable("v", (3,))
     with pytest.raises(gc.GCompileError, match="assign must come after every read"):
         schedule(build(v))
+
+
+def temporary_peak(outputs, order):
+    """Peak of simultaneously live temporary bytes (what plan_memory's lower bound adds to the persistent)."""
+    plan = plan_memory({"step": order}, persistent=outputs)
+    return plan.lower_bound - plan.persistent_bytes
+
+
+def test_hungry_operand_first_lowers_the_peak():
+    x = gc.placeholder("x", (1024,))                 # 4 KiB per vector
+    outputs = [gc.exp(x) * gc.reduce_sum(gc.exp(gc.exp(x)))]
+    assert temporary_peak(outputs, gc.topological_order(outputs)) == 3 * 4096     # exp(x) waits for the others
+    assert temporary_peak(outputs, schedule(outputs)) == 2 * 4096
+
+
+def test_mlp_train_step_peak_is_lower_than_topological_order():
+    train, _ = train_and_eval(1000)
+    scheduled, plain = temporary_peak(train, schedule(train)), temporary_peak(train, gc.topological_order(train))
+    print(f"\nMLP batch 1000 train step, peak live temporaries: schedule {scheduled} bytes, "
+          f"topological_order {plain} bytes ({scheduled / plain:.2f}x)")
+    assert scheduled < 0.7 * plain                   # measured: 3252480 vs 4936448 bytes
