@@ -287,11 +287,13 @@ def format_attr(value) -> str:
     return str(value).replace(" ", "")
 
 
-def format_graph(outputs: Iterable[Node], numbering: dict | None = None) -> str:
+def format_graph(outputs: Iterable[Node], numbering: dict | None = None,
+                 order: Sequence[Node] | None = None) -> str:
     """Stable text of the graph reachable from `outputs`: one node per line, `%i` numbering in
-    topological order, named leaves show their names. Tests compare this text."""
+    topological order (or in `order`, e.g. a schedule), named leaves show their names. Tests compare
+    this text."""
     outputs = list(outputs)
-    order = topological_order(outputs)
+    order = topological_order(outputs) if order is None else list(order)
     num = numbering if numbering is not None else {}
     for n in order:
         num.setdefault(n, len(num))

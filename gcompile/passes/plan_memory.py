@@ -1,0 +1,236 @@
+"""plan_memory: every buffer of one or more schedules at an offset of ONE arena, 256-byte aligned.
+
+The arena has two regions:
+
+- persistent (first): placeholders (the input buffers), variables, array constants and every node the caller
+  lists in `persistent` (the loss, named outputs: anything read after a step; a listed view makes the node
+  it views persistent). They live for the whole run, laid out one after another: placeholders, variables,
+  constants, then the listed nodes.
+- temporary (after it): the other results. Schedules (the train step, the eval forward) never run at the same
+  time, so each is planned on its own into the same region, which is as large as the largest of them needs.
+
+Within a schedule a temporary is live from the step that writes it to the last step that reads it
+(inclusive: an op's output never shares memory with its inputs). Some nodes own no buffer:
+
+- scalar constants become literals in the generated code;
+- `reshape` is a view: it aliases its input's buffer, and reads of the view keep that buffer alive;
+- `assign(var, value)` writes into var's persistent buffer, and its result is that buffer (schedule puts it
+  after every read of var's old value; a persistent view of var shows the value after the step).
+
+Placement is greedy first-fit: buffers in some order, each at the lowest offset that overlaps no placed
+buffer live at the same time. Several orders are tried (largest first, earliest first, longest-lived first)
+and the one with the smallest region kept. `lower_bound` (persistent bytes + the largest peak of live
+temporary bytes) says how close that is; `check_plan` verifies a plan without trusting this placement.
+
+Left to later passes: which kernel writes which buffer (lower), and the C declaration of the layout (emit).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import GCompileError, PlanError
+from ..graph import Node
+
+ALIGN = 256
+PERSISTENT_KINDS = ("placeholder", "variable", "constant")
+
+
+def aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def storage_root(node: Node) -> Node:
+    """The node that owns node's buffer: a reshape views its input, an assign writes its variable."""
+    while node.op in ("reshape", "assign"):
+        node = node.inputs[0]
+    return node
+
+
+def is_literal(node: Node) -> bool:
+    return node.op == "constant" and node.shape == ()
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    node: Node
+    offset: int
+    size: int                # bytes, a multiple of ALIGN
+    first: int | None        # schedule steps that write it and read it last (None: persistent)
+    last: int | None
+    region: str              # "persistent" or "temp"
+    schedule: str | None     # the schedule a temporary belongs to (None: persistent)
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+
+@dataclass
+class MemoryPlan:
+    buffers: list[Buffer]            # persistent ones by offset, then each schedule's temporaries by offset
+    schedules: dict[str, list[Node]]
+    persistent_bytes: int
+    arena_bytes: int
+    lower_bound: int                 # persistent bytes + the largest peak of live temporary bytes
+    naive_bytes: int                 # every buffer of every schedule at its own offset
+
+    def buffer_of(self, node: Node, schedule: str | None = None) -> Buffer:
+        """The buffer holding node's value (views and assigns resolved); `schedule` picks among temporaries
+        that several schedules compute."""
+        root = storage_root(node)
+        if is_literal(root):
+            raise GCompileError(f"{node.describe()} is a literal in the generated code; it has no buffer")
+        found = [b for b in self.buffers
+                 if b.node is root and (schedule is None or b.schedule in (None, schedule))]
+        if len(found) != 1:
+            raise GCompileError(f"{node.describe()} has {len(found)} buffers in schedule {schedule!r} of "
+                                f"{list(self.schedules)}: name the schedule whose temporary you mean")
+        return found[0]
+
+    def offset_of(self, node: Node, schedule: str | None = None) -> int:
+        return self.buffer_of(node, schedule).offset
+
+    def format(self) -> str:
+        rows = [("name", "region", "offset", "size", "lifetime")]
+        for b in self.buffers:
+            region = b.region if b.schedule is None else f"temp:{b.schedule}"
+            lifetime = "always" if b.first is None else f"{b.first}..{b.last}"
+            rows.append((b.name, region, str(b.offset), str(b.size), lifetime))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        lines = ["  ".join(c.rjust(w) if i in (2, 3) else c.ljust(w) for i, (c, w) in
+                           enumerate(zip(r, widths))).rstrip() for r in rows]
+        for name, order in self.schedules.items():
+            aliases = [f"{n.name}->{storage_root(n).name}" for n in order
+                       if n.op in ("reshape", "assign") and not is_literal(storage_root(n))]
+            if aliases:
+                lines.append(f"aliases in {name}: " + ", ".join(aliases))
+        lines.append(f"arena {self.arena_bytes} bytes = persistent {self.persistent_bytes} + temporary "
+                     f"{self.arena_bytes - self.persistent_bytes}; lower bound {self.lower_bound} (arena is "
+                     f"{self.arena_bytes / max(self.lower_bound, 1):.3f}x); naive {self.naive_bytes}")
+        return "\n".join(lines)
+
+
+def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node]) -> MemoryPlan:
+    kept = persistent_nodes(schedules, persistent)
+    buffers, base = [], 0
+    for node in kept:
+        buffers.append(Buffer(node.name, node, base, aligned(node.nbytes), None, None, "persistent", None))
+        base += aligned(node.nbytes)
+    region, peak = 0, 0
+    for name, order in schedules.items():
+        lives = liveness(order, set(kept))
+        starts = min((first_fit(lives, key) for key in PLACEMENT_ORDERS.values()), key=region_bytes)
+        temps = [Buffer(n.name, n, base + starts[n], aligned(n.nbytes), first, last, "temp", name)
+                 for n, (first, last) in lives.items()]
+        buffers += sorted(temps, key=lambda b: (b.offset, b.first))
+        region = max(region, region_bytes(starts))
+        peak = max(peak, peak_live_bytes(lives, len(order)))
+    return MemoryPlan(buffers, dict(schedules), base, base + region, base + peak,
+                      sum(b.size for b in buffers))
+
+
+def persistent_nodes(schedules, persistent) -> list[Node]:
+    """Buffers of the persistent region, in layout order (a persistent view keeps its source instead)."""
+    seen = [n for order in schedules.values() for n in order if n.op in PERSISTENT_KINDS]
+    seen += [storage_root(n) for n in persistent]
+    kinds = {kind: i for i, kind in enumerate(PERSISTENT_KINDS)}
+    unique = [n for n in dict.fromkeys(seen) if not is_literal(n)]
+    return sorted(unique, key=lambda n: kinds.get(n.op, len(kinds)))
+
+
+def liveness(order: list[Node], persistent: set) -> dict[Node, tuple[int, int]]:
+    """Temporary buffer -> (step that writes it, last step that reads it, directly or through a view)."""
+    lives = {}
+    for step, node in enumerate(order):
+        for n in (node, *node.inputs):
+            root = storage_root(n)
+            if root not in persistent and not is_literal(root):
+                lives[root] = (lives.get(root, (step,))[0], step)
+    return lives
+
+
+PLACEMENT_ORDERS = {   # (node, first, last) -> sort key; ties fall back to the schedule order
+    "largest first": lambda n, first, last: (-n.nbytes, first),
+    "earliest first": lambda n, first, last: (first, -n.nbytes),
+    "longest-lived first": lambda n, first, last: (first - last, -n.nbytes, first),
+}
+
+
+def first_fit(lives: dict, key) -> dict[Node, int]:
+    """Node -> offset within the temporary region, placing buffers in the order `key` gives, each at the
+    lowest offset that overlaps no placed buffer live at the same time."""
+    starts, placed = {}, []   # placed: (start, end, first, last)
+    for n, (first, last) in sorted(lives.items(), key=lambda item: key(item[0], *item[1])):
+        size, start = aligned(n.nbytes), 0
+        for lo, hi in sorted((lo, hi) for lo, hi, f, l in placed if f <= last and first <= l):
+            if start + size <= lo:
+                break
+            start = max(start, hi)
+        starts[n] = start
+        placed.append((start, start + size, first, last))
+    return starts
+
+
+def region_bytes(starts: dict) -> int:
+    return max((start + aligned(n.nbytes) for n, start in starts.items()), default=0)
+
+
+def peak_live_bytes(lives: dict, steps: int) -> int:
+    change = np.zeros(steps + 1, dtype=np.int64)
+    for n, (first, last) in lives.items():
+        change[first] += aligned(n.nbytes)
+        change[last + 1] -= aligned(n.nbytes)
+    return int(np.cumsum(change).max(initial=0))
+
+
+def check_plan(plan: MemoryPlan) -> None:
+    """Prove the plan safe without trusting how it was made; raise PlanError naming the buffers at fault.
+
+    Every buffer is aligned, inside the arena and large enough; leaves live in persistent buffers; every
+    read and write of every schedule step falls inside the lifetime of a buffer of that schedule (or a
+    persistent one); and no two buffers that share a step (persistent ones share every step of every
+    schedule) share a byte."""
+    for b in plan.buffers:
+        inside = 0 <= b.offset <= b.end <= plan.arena_bytes
+        if b.offset % ALIGN or b.size % ALIGN or b.size < b.node.nbytes or not inside:
+            raise PlanError(f"buffer {b.name} at [{b.offset}, {b.end}) for {b.node.nbytes} bytes is misaligned, "
+                            f"too small or outside the arena of {plan.arena_bytes} bytes")
+    owner = {(b.schedule, b.node): b for b in plan.buffers}
+    for name, order in plan.schedules.items():
+        for step, node in enumerate(order):
+            for n in (node, *node.inputs):
+                root = storage_root(n)
+                b = owner.get((None, root)) or owner.get((name, root))
+                if b is None and not is_literal(root):
+                    raise PlanError(f"schedule {name} step {step}: {n.name} has no buffer")
+                if b is None or b.first is None:
+                    continue
+                if root.op in PERSISTENT_KINDS:
+                    raise PlanError(f"{root.op} {root.name} must have a persistent buffer, not a temporary")
+                if not b.first <= step <= b.last:
+                    raise PlanError(f"schedule {name} step {step}: {node.name} uses buffer {b.name} outside its "
+                                    f"lifetime {b.first}..{b.last}")
+    bufs = [b for b in plan.buffers if b.size]
+    always = np.array([b.first is None for b in bufs])
+    run = np.array([b.schedule or "" for b in bufs])
+    space = overlapping([b.offset for b in bufs], [b.end for b in bufs])
+    time = overlapping([b.first or 0 for b in bufs], [np.inf if b.last is None else b.last + 1 for b in bufs])
+    same_run = (run[:, None] == run[None, :]) | always[:, None] | always[None, :]
+    clash = np.argwhere(np.triu(space & time & same_run, k=1))
+    if len(clash):
+        a, b = (bufs[i] for i in clash[0])
+        raise PlanError(f"buffers {a.name} [{a.offset}, {a.end}) and {b.name} [{b.offset}, {b.end}) overlap "
+                        f"while both are live ({describe_life(a)}; {describe_life(b)})")
+
+
+def overlapping(lo, hi) -> np.ndarray:
+    """Matrix of which half-open intervals [lo, hi) intersect."""
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    return (lo[:, None] < hi[None, :]) & (lo[None, :] < hi[:, None])
+
+
+def describe_life(b: Buffer) -> str:
+    return f"{b.name}: persistent" if b.first is None else f"{b.name}: {b.schedule} steps {b.first}..{b.last}"

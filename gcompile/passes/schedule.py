@@ -1,0 +1,115 @@
+"""schedule: one deterministic order of every node reachable from the outputs, chosen to keep memory low.
+
+Constraints (a networkx DiGraph from each node to what must run before it):
+- every node after its inputs;
+- every `assign(var, value)` after every other node that reads var's old value (var itself, or a reshape
+  view of var): the assign overwrites var's buffer in place. A cycle (two assigns to one variable, or a read
+  of var's old value that needs the assign's result) cannot be scheduled and raises GCompileError naming
+  the nodes on it.
+
+Heuristic, among the nodes whose constraints are met:
+1. the one that grows the live set least: its result's bytes minus the bytes of the inputs it is the last
+   reader of, reads through a reshape counting as reads of the reshaped node (so frees come early and
+   allocations late);
+2. ties go to the earlier node of a depth-first order that visits the operand with the largest
+   `need - size` first, `need` being the peak of live bytes while computing a node, estimated as if the
+   graph were a tree: for operands c_1..c_k in that order, with S_j = size(c_1) + ... + size(c_j),
+       need(n) = max(max over j of S_(j-1) + need(c_j),  S_k + size(n)).
+   On trees this order (Sethi-Ullman, generalized by Liu) has the smallest peak: the memory-hungry
+   operand goes first, while few results wait for it.
+Rule 1 sees one step ahead, rule 2 whole subtrees but not sharing; together they handle both the forward
+pass and the backward pass's shared activations. networkx has no topological sort whose priorities change
+as nodes are placed, hence the loop below.
+
+Leaves (placeholders, variables, constants) appear in the schedule: free and always ready, they come
+first. They emit no code. Sizes here are estimates: leaves, reshapes (views) and assigns (they write their
+variable) count 0. Left to plan_memory: the buffers, their exact liveness under this order, their offsets.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from .. import graph as G
+from ..errors import GCompileError
+from ..graph import Node
+
+NO_BUFFER = ("placeholder", "variable", "constant", "reshape", "assign")
+
+
+def schedule(outputs: list[Node]) -> list[Node]:
+    deps = dependences(outputs)
+    rank = {n: i for i, n in enumerate(nx.dfs_postorder_nodes(deps, source="outputs"))}
+    deps.remove_node("outputs")
+    readers_left = dict.fromkeys(deps, 0)
+    for n in deps:
+        for i in buffers_read(n):
+            readers_left[i] += 1
+    waiting_on = {n: deps.out_degree(n) for n in deps}
+    ready = {n for n, count in waiting_on.items() if count == 0}
+    order = []
+
+    def growth(n: Node) -> int:
+        return size(n) - sum(size(i) for i in buffers_read(n) if readers_left[i] == 1)
+
+    while ready:
+        n = min(ready, key=lambda n: (growth(n), rank[n]))
+        ready.remove(n)
+        order.append(n)
+        for i in buffers_read(n):
+            readers_left[i] -= 1
+        for user in deps.predecessors(n):
+            waiting_on[user] -= 1
+            if waiting_on[user] == 0:
+                ready.add(user)
+    return order
+
+
+def dependences(outputs: list[Node]) -> nx.DiGraph:
+    """Node -> what must run before it, operands in the depth-first visiting order (hungriest first);
+    a node named "outputs" depends on the outputs."""
+    nodes = G.topological_order(outputs)
+    deps, need = nx.DiGraph(), {}
+    for n in nodes:
+        operands = hungriest_first(dict.fromkeys(n.inputs), need)
+        deps.add_node(n)
+        deps.add_edges_from((n, c) for c in operands)
+        need[n] = peak_need(operands, n, need)
+    for a in (n for n in nodes if n.op == "assign"):
+        var = a.inputs[0]
+        deps.add_edges_from((a, reader) for reader in nodes
+                            if reader is not a and any(old_value_of(i) is var for i in reader.inputs))
+    if not nx.is_directed_acyclic_graph(deps):
+        cycle = [user.name for user, _ in nx.find_cycle(deps)]
+        raise GCompileError(f"schedule: cannot order {' needs '.join(cycle + cycle[:1])}: an assign must come "
+                            f"after every read of its variable's old value, so a variable cannot be assigned "
+                            f"twice, nor its old and new value meet in one computation")
+    deps.add_edges_from(("outputs", c) for c in hungriest_first(dict.fromkeys(outputs), need))
+    return deps
+
+
+def size(n: Node) -> int:
+    return 0 if n.op in NO_BUFFER else n.nbytes
+
+
+def hungriest_first(operands, need) -> list[Node]:
+    return sorted(operands, key=lambda c: need[c] - size(c), reverse=True)
+
+
+def peak_need(operands, n: Node, need) -> int:
+    waiting, peak = 0, 0
+    for c in operands:
+        peak = max(peak, waiting + need[c])
+        waiting += size(c)
+    return max(peak, waiting + size(n))
+
+
+def buffers_read(n: Node) -> set:
+    """The nodes whose results n reads: its inputs, seen through reshapes (views); a reshape reads nothing."""
+    return set() if n.op == "reshape" else {old_value_of(i) for i in n.inputs}
+
+
+def old_value_of(n: Node) -> Node:
+    """The node whose value n shows unchanged: n itself, or the source of a chain of reshapes."""
+    while n.op == "reshape":
+        n = n.inputs[0]
+    return n
