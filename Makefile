@@ -24,8 +24,10 @@ demo: data
 test: $(NEEDS_VENV)
 	$(PYTHON) -m pytest -q
 
+# The tests marked gpu (they need an NVIDIA GPU). pytest exits 5 when it selects none, as it does until the
+# cuda target has tests; that is not a failure.
 gpu-test: $(NEEDS_VENV)
-	$(PYTHON) -m pytest -q -m gpu
+	$(PYTHON) -m pytest -q -m gpu || [ $$? -eq 5 ]
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis

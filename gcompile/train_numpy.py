@@ -47,6 +47,9 @@ def as_float(images: np.ndarray, scale: float, dtype) -> np.ndarray:
 def evaluate(program: Program, trained: NumpyExecutor, images, labels, scale: float) -> float:
     """Accuracy of argmax(logits) over all of `images`, in chunks of the batch size (the last one padded)."""
     x, _ = program_inputs(program)
+    if "logits" not in program.outputs:
+        raise GCompileError(f"{program.name}: evaluation needs an output named 'logits'; the program has "
+                            f"{sorted(program.outputs)}")
     forward = NumpyExecutor([program.outputs["logits"]])
     for name in forward.variables:
         forward.set_variable(name, trained.get_variable(name))
@@ -88,10 +91,11 @@ def example_main(make_program, argv=None, dataset="mnist") -> int:
     """The command line of an example model file: train `make_program()` and report loss and accuracy."""
     parser = argparse.ArgumentParser(description=(make_program.__doc__ or "").strip().splitlines()[0])
     parser.add_argument("--executor", choices=["numpy"], default="numpy",
-                        help="what runs the graph (compiled targets come with `gcompile build`)")
+                        help="what runs the graph: numpy, the reference executor")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--data", metavar="DIR", default=None,
-                        help=f"dataset folder written by `gcompile data {dataset}` (default {default_data_dir(dataset)})")
+                        help=f"dataset folder written by `gcompile data {dataset}` "
+                             f"(default {default_data_dir(dataset)})")
     args = parser.parse_args(argv)
     data_dir = args.data or default_data_dir(dataset)
     try:

@@ -54,3 +54,12 @@ def test_inputs_must_be_named_x_and_y():
     with pytest.raises(GCompileError, match=r"feeds placeholders 'x' \(images\) and 'y' \(labels\); the program "
                                             r"has \['a', 'y'\]"):
         train(program, {}, 1.0, 1)
+
+
+def test_evaluation_needs_logits():
+    x = gc.placeholder("x", (2, 3))
+    y = gc.placeholder("y", (2,), dtype="int32")
+    W = gc.variable("W", (3, 2))
+    program = gc.Program(gc.softmax_cross_entropy(x @ W, y), [W], gc.SGD(lr=0.1), outputs={"scores": x @ W})
+    with pytest.raises(GCompileError, match=r"needs an output named 'logits'; the program has \['scores'\]"):
+        evaluate(program, gc.NumpyExecutor(program.train_outputs), np.zeros((2, 3), np.uint8), np.zeros(2), 1.0)
