@@ -1,0 +1,43 @@
+"""`gcompile` on the command line: one subcommand per row of COMMANDS.
+
+Each row names the module that implements the subcommand; that module defines `add_arguments(parser)` and
+`run(args) -> exit code`. To add a subcommand (build, inspect, run, ...), add a row. A GCompileError ends
+the command with its message on stderr and exit code 1, without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+from .errors import GCompileError
+
+COMMANDS = {  # name: (module, one-line help)
+    "data": ("gcompile.data", "fetch a dataset (mnist, fashion-mnist) and convert it to .npy files"),
+}
+
+
+def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gcompile", description="Ahead-of-time compiler for neural-network training.")
+    parser.add_argument("--version", action="version", version=f"gcompile {__version__}")
+    subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in commands.items():
+        sub = subcommands.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(sub)
+        sub.set_defaults(module=module)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return importlib.import_module(args.module).run(args)
+    except GCompileError as e:
+        print(f"gcompile {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

