@@ -18,5 +18,12 @@ from .optim import SGD  # noqa: F401
 from .program import Program  # noqa: F401
 from .build import Artifact  # noqa: F401
 from .compiler import Executor, compile  # noqa: F401,A004
-from .loader import Model, load  # noqa: F401
+
+
+def __getattr__(name):
+    """gc.load and gc.Model import cffi and parse the C ABI: done on first use, not at import."""
+    if name in ("load", "Model"):
+        from . import loader
+        return getattr(loader, name)
+    raise AttributeError(f"module 'gcompile' has no attribute {name!r}")
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint, write_checkpoint
 from .errors import BuildError
-from .passes.emit import package_dir
+from .resources import package_dir
 
 DEFAULT_CUDA_ARCH = "sm_90"
 SUFFIX = {"cuda": ".cu", "cpu": ".cpp"}
@@ -63,13 +63,17 @@ def detect_arch() -> str | None:
     return "sm_" + caps[0].replace(".", "") if out.returncode == 0 and caps else None
 
 
-def compile_flags(target: str, arch: str | None) -> tuple[str, list[str], list[str]]:
-    """(compiler, compile flags, link flags)."""
+def compile_flags(target: str, arch: str | None, cudart: str = "static") -> tuple[str, list[str], list[str]]:
+    """(compiler, compile flags, link flags). cudart="shared" links the CUDA runtime dynamically (so a
+    preloaded library can observe its calls); the default static runtime makes a self-contained binary."""
     if target == "cuda":
         arch = arch or detect_arch() or DEFAULT_CUDA_ARCH
         number = arch.removeprefix("sm_")
         gencode = [f"-gencode=arch=compute_{number},code=[sm_{number},compute_{number}]"]
-        return "nvcc", ["-O3", "-std=c++17", *gencode, "-Xcompiler", "-fPIC,-fvisibility=hidden"], gencode
+        if cudart not in ("static", "shared"):
+            raise BuildError(f"cudart must be 'static' or 'shared', not {cudart!r}")
+        return "nvcc", ["-O3", "-std=c++17", *gencode, "-Xcompiler", "-fPIC,-fvisibility=hidden"], \
+            [*gencode, f"-cudart={cudart}"]
     compiler = os.environ.get("CXX", "c++")
     return compiler, ["-O3", "-std=c++17", "-fopenmp", "-fPIC", "-fvisibility=hidden"], ["-fopenmp"]
 
@@ -95,12 +99,32 @@ def initial_checkpoint(module) -> Checkpoint:
     return Checkpoint(tensors, module.layout_hash)
 
 
-def build(compiled, out_dir, arch: str | None = None) -> Artifact:
+def program_key_file(out: Path, name: str) -> Path:
+    return out / f".{name}.program-key"
+
+
+def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
+    """The artifact already in out_dir when it was built from a program with this fingerprint."""
+    out = Path(out_dir).resolve()
+    key_file = program_key_file(out, name)
+    try:
+        if key_file.read_text() != program_key:
+            return None
+        recorded = json.loads((out / f"{name}.json").read_text())["artifact"]
+    except (OSError, ValueError, KeyError):
+        return None
+    artifact = Artifact(**dict(recorded, cached=True, seconds=0.0))
+    if not all(Path(p).exists() for p in (artifact.binary, artifact.library, artifact.init, artifact.source)):
+        return None
+    return artifact
+
+
+def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", program_key: str = "") -> Artifact:
     start = time.perf_counter()
     module, target = compiled.module, compiled.target
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    compiler, flags, link_flags = compile_flags(target, arch)
+    compiler, flags, link_flags = compile_flags(target, arch, cudart)
     version = compiler_version(compiler)
 
     source = out / f"{module.name}{SUFFIX[target]}"
@@ -114,6 +138,7 @@ def build(compiled, out_dir, arch: str | None = None) -> Artifact:
     cached = key_file.exists() and key_file.read_text() == key and binary.exists() and library.exists()
     if not cached:
         key_file.unlink(missing_ok=True)
+        program_key_file(out, module.name).unlink(missing_ok=True)
         stub = package_dir("runtime") / "gc_main_stub.cpp"
         run([compiler, *flags, "-c", str(source), "-o", str(obj)], source)
         run([compiler, *link_flags, "-shared", str(obj), "-o", str(library)], source)
@@ -127,4 +152,6 @@ def build(compiled, out_dir, arch: str | None = None) -> Artifact:
                     compiler=[compiler, *flags], arena_bytes=compiled.plan.arena_bytes,
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes)
     write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
+    if program_key:
+        program_key_file(out, module.name).write_text(program_key)
     return artifact

@@ -15,6 +15,9 @@ from .errors import GCompileError
 
 COMMANDS = {  # name: (module, one-line help)
     "data": ("gcompile.data", "fetch a dataset (mnist, fashion-mnist) and convert it to .npy files"),
+    "build": ("gcompile.commands.build", "compile a model file: one .cu/.cpp, a training binary, a library"),
+    "inspect": ("gcompile.commands.inspect", "print the IR after a pass, the schedule and the memory plan"),
+    "run": ("gcompile.commands.run", "build a model file if needed, then run its binary (args after --)"),
 }
 
 
@@ -31,7 +34,13 @@ def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough = []
+    if "--" in argv:  # what follows `--` belongs to the program `gcompile run` starts
+        split = argv.index("--")
+        argv, passthrough = argv[:split], argv[split + 1:]
     args = build_parser().parse_args(argv)
+    args.passthrough = passthrough
     try:
         return importlib.import_module(args.module).run(args)
     except GCompileError as e:

@@ -7,17 +7,17 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from .build import Artifact, build, compile_flags
+from .build import Artifact, build, cached_artifact, compile_flags, compiler_version
 from .errors import GCompileError
 from .executor import NumpyExecutor
-from .graph import Node, format_graph
-from .pipeline import compile_program
+from .graph import Node, format_graph, topological_order
+from .resources import code_digest
 
 TARGETS = ("cuda", "cpu")
 
 
 def compile(program, target: str = "cuda", out_dir=None, name: str | None = None, arch: str | None = None,
-            source: str = "<python>") -> Artifact:  # noqa: A001 - the public name in the design
+            source: str = "<python>", cudart: str = "static") -> Artifact:  # noqa: A001 - the public name in the design
     """Compile a gc.Program (or a list of nodes) into out_dir: the .cu/.cpp source, a standalone binary,
     a shared library, the initial parameters and a JSON manifest."""
     if target not in TARGETS:
@@ -25,9 +25,34 @@ def compile(program, target: str = "cuda", out_dir=None, name: str | None = None
     name = name or getattr(program, "name", None) or "model"
     if not name.isidentifier():
         raise GCompileError(f"compile: program name {name!r} must be a C identifier")
-    compiler, flags, _ = compile_flags(target, arch)
+    compiler, flags, link_flags = compile_flags(target, arch, cudart)
+    out_dir = out_dir or Path("build") / name
+    key = fingerprint(program, [compiler, *flags, *link_flags, compiler_version(compiler), name, source])
+    artifact = cached_artifact(out_dir, name, key)
+    if artifact is not None:
+        return artifact
+    from .pipeline import compile_program  # the passes load networkx and jinja2: only when compiling
     compiled = compile_program(program, target, name, source, build_command=" ".join([compiler, *flags]))
-    return build(compiled, out_dir or Path("build") / name, arch)
+    return build(compiled, out_dir, arch, cudart, program_key=key)
+
+
+def fingerprint(program, settings) -> str:
+    """Identifies what a build would produce before running the pipeline: the graph's text, every initial
+    value and array constant, the compiler settings, and gcompile's own code."""
+    if isinstance(program, Node) or not hasattr(program, "train_outputs"):
+        outputs = list(program)
+    else:
+        outputs = program.train_outputs + list(program.outputs.values())
+        settings = [*settings, *program.outputs]
+    h = hashlib.sha256(code_digest().encode())
+    h.update("\0".join(map(str, settings)).encode())
+    h.update(format_graph(outputs).encode())
+    for node in topological_order(outputs):
+        if node.op == "variable":
+            h.update(node.attrs["init"](node.shape, node.dtype).tobytes())
+        elif node.op == "constant":
+            h.update(node.attrs["value"].tobytes())
+    return h.hexdigest()
 
 
 def cache_dir() -> Path:

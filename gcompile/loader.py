@@ -6,6 +6,7 @@ process.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -36,14 +37,18 @@ int gc_load(gc_model* m, const char* path);
 ffi = cffi.FFI()
 ffi.cdef(CDEF)
 _libraries: dict[str, object] = {}
-_copies = tempfile.mkdtemp(prefix="gcompile-libs-")
+
+
+@functools.lru_cache(maxsize=None)
+def copies_dir() -> str:
+    return tempfile.mkdtemp(prefix="gcompile-libs-")
 
 
 def open_library(path: str):
     """dlopen a library by content: a rebuilt library at the same path must not return the old handle."""
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
     if digest not in _libraries:
-        copy = os.path.join(_copies, f"{digest}.so")
+        copy = os.path.join(copies_dir(), f"{digest}.so")
         if not os.path.exists(copy):
             shutil.copyfile(path, copy)
         _libraries[digest] = ffi.dlopen(copy)

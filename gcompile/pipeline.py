@@ -31,38 +31,42 @@ class CompiledSource:
     kernels: dict[str, list[Kernel]]
     source: str
     target: str
+    stages: dict[str, str]           # the printed IR after each pass (what `gcompile inspect` shows)
 
 
-def dump(stage: str, text: str, stop_after: str | None = None) -> None:
-    if os.environ.get("GCOMPILE_DEBUG") == "1":
-        print(f"==== after {stage} ====\n{text}\n", file=sys.stderr)
+def graphs_text(graphs: dict) -> str:
+    return "\n".join(f"-- {g}\n{format_graph(outputs)}" for g, outputs in graphs.items())
 
 
 def compile_program(program, target: str = "cuda", name: str = "model", source: str = "<python>",
                     build_command: str = "") -> CompiledSource:
+    stages = {}
     module = trace(program, name, source)
-    dump("trace", format_graph(module.train + list(module.outputs.values())))
+    stages["trace"] = graphs_text(module.graphs)
 
-    graphs = module.graphs
-    simplified = {g: simplify(outputs) for g, outputs in graphs.items()}
-    if "train" in simplified:
-        module.train = simplified["train"]
-        module.loss = module.train[0]
-    if "eval" in simplified:
-        module.outputs = dict(zip(module.outputs, simplified["eval"]))
+    # one call for both graphs, so the nodes they share stay one node
+    simplified = simplify(module.train + list(module.outputs.values()))
+    module.train, evaluated = simplified[:len(module.train)], simplified[len(module.train):]
+    module.loss = module.train[0] if module.train else None
+    module.outputs = dict(zip(module.outputs, evaluated))
     module.refresh()
-    dump("simplify", "\n".join(f"-- {g}\n{format_graph(o)}" for g, o in simplified.items()))
+    stages["simplify"] = graphs_text(module.graphs)
 
     schedules = {g: schedule(outputs) for g, outputs in module.graphs.items()}
-    dump("schedule", "\n".join(f"-- {g}: " + ", ".join(n.name for n in order) for g, order in schedules.items()))
+    stages["schedule"] = "\n".join(f"-- {g}\n{format_graph(outputs, order=schedules[g])}"
+                                   for g, outputs in module.graphs.items())
 
     persistent = list(module.outputs.values()) + ([module.loss] if module.loss is not None else [])
     plan = plan_memory(schedules, persistent)
     check_plan(plan)
-    dump("plan_memory", plan.format())
+    stages["plan_memory"] = plan.format()
 
     kernels = lower(schedules, plan)
-    dump("lower", "\n".join(f"{k.name}: {k.kind} {k.comment}" for ks in kernels.values() for k in ks))
+    stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<22} {k.comment}" for ks in kernels.values() for k in ks)
 
     text = emit(module, schedules, plan, kernels, target, build_command)
-    return CompiledSource(module, schedules, plan, kernels, text, target)
+    stages["emit"] = text
+    if os.environ.get("GCOMPILE_DEBUG") == "1":
+        for stage, printed in stages.items():
+            print(f"==== after {stage} ====\n{printed}\n", file=sys.stderr)
+    return CompiledSource(module, schedules, plan, kernels, text, target, stages)

@@ -107,13 +107,6 @@ static int gc_device_zero(void* dst, size_t bytes) {
     return GC_OK;
 }
 
-static int gc_synchronize(void) {
-#ifdef GC_CUDA
-    GC_CUDA_TRY(cudaDeviceSynchronize());
-#endif
-    return GC_OK;
-}
-
 static double gc_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -65,7 +65,7 @@ def test_printed_plan():
     assert gc.format_graph([loss, update], order=order) == dedent("""\
         %0 = placeholder {name=x} : float32[4,8]
         %1 = variable {init=constant(0.0), name=W} : float32[8,8]
-        %2 = constant {value=0.10000000149011612} : float32[]
+        %2 = constant {value=0.1} : float32[]
         %3 = constant {value=0.5} : float32[]
         %4 = matmul(%0, %1) {trans_a=False, trans_b=False} : float32[4,8]
         %5 = relu(%4) : float32[4,8]

@@ -7,13 +7,11 @@ with nothing but the CUDA toolkit (cuda target) or a C++ compiler with OpenMP (c
 from __future__ import annotations
 
 import json
-from importlib import resources
-from pathlib import Path
-
 import jinja2
 import numpy as np
 
 from .. import __version__
+from ..resources import package_dir
 from ..graph import Node
 from .lower import C_TYPES, c_literal
 
@@ -32,18 +30,6 @@ RUNTIME_TAIL = [
     ("gc_abi.h", "the C ABI: create/destroy, train_step, forward, variables, save/load, last error"),
     ("gc_main.h", "the training command line (train / eval) of the standalone binary"),
 ]
-
-
-def package_dir(name: str) -> Path:
-    """codegen_templates/ and runtime/ ship inside the wheel as gcompile.<name>; in a source checkout they
-    sit at the top level."""
-    try:
-        found = Path(str(resources.files(f"gcompile.{name}")))
-        if found.is_dir():
-            return found
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parents[2] / name
 
 
 def environment() -> jinja2.Environment:

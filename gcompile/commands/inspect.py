@@ -1,0 +1,33 @@
+"""gcompile inspect MODEL.py [--after PASS]: the IR after a pass, the schedule, the memory plan."""
+from __future__ import annotations
+
+from ..build import compile_flags
+from ..errors import GCompileError
+from .model_file import add_model_arguments, default_target, load_program
+
+
+def add_arguments(parser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--after", metavar="PASS", default=None,
+                        help="print the IR after this pass only: trace, simplify, schedule, plan_memory, lower "
+                             "or emit (default: the simplified IR, the schedule and the memory plan)")
+
+
+def run(args) -> int:
+    import os
+
+    from ..pipeline import PASSES, compile_program  # loads the passes: only when inspecting
+
+    if args.after is not None and args.after not in PASSES:
+        raise GCompileError(f"--after: unknown pass {args.after!r}; the passes are {', '.join(PASSES)}")
+    target = args.target or default_target()
+    compiler, flags, _ = compile_flags(target, args.arch)
+    program = load_program(args.model, args.batch_size)
+    compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
+                               build_command=" ".join([compiler, *flags]))
+    stages = [args.after] if args.after else ["simplify", "schedule", "plan_memory"]
+    for stage in stages:
+        print(f"==== after {stage} ====")
+        print(compiled.stages[stage])
+        print()
+    return 0

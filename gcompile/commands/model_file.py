@@ -1,0 +1,61 @@
+"""A model file is a Python file that defines `program(batch_size=...) -> gc.Program` (see examples/).
+The subcommands import it by path and call `program`, passing --batch-size when given."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import os
+import sys
+from pathlib import Path
+
+from ..build import detect_arch
+from ..errors import GCompileError
+from ..program import Program
+
+
+def load_program(path, batch_size: int | None = None) -> Program:
+    path = Path(path)
+    if not path.is_file():
+        raise GCompileError(f"{path}: no such model file")
+    spec = importlib.util.spec_from_file_location(f"gcompile_model_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent.resolve()))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    make = getattr(module, "program", None)
+    if not callable(make):
+        raise GCompileError(f"{path}: a model file must define program(batch_size=...) returning a gc.Program")
+    kwargs = {}
+    if batch_size is not None:
+        if "batch_size" not in inspect.signature(make).parameters:
+            raise GCompileError(f"{path}: program() takes no batch_size, so --batch-size cannot be used")
+        kwargs["batch_size"] = batch_size
+    program = make(**kwargs)
+    if not isinstance(program, Program):
+        raise GCompileError(f"{path}: program() returned {type(program).__name__}, not a gc.Program")
+    return program
+
+
+def default_target() -> str:
+    """cuda where a GPU answers, else cpu."""
+    return "cuda" if detect_arch() else "cpu"
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="model file defining program(batch_size=...)")
+    parser.add_argument("--target", choices=("cuda", "cpu"), default=None,
+                        help="cuda or cpu (default: cuda when a GPU is present, else cpu)")
+    parser.add_argument("--arch", default=None, help="CUDA architecture, e.g. sm_90 (default: the GPU's, "
+                        "or sm_90 plus PTX when there is no GPU)")
+    parser.add_argument("--batch-size", type=int, default=None, help="passed to program(batch_size=...)")
+
+
+def compile_model(args, out_dir=None):
+    from ..compiler import compile as compile_program
+
+    program = load_program(args.model, args.batch_size)
+    return compile_program(program, target=args.target or default_target(), out_dir=out_dir,
+                           arch=args.arch, source=os.path.relpath(args.model))

@@ -1,0 +1,31 @@
+"""Where the files gcompile ships live, and a digest of them (part of every build's cache key)."""
+from __future__ import annotations
+
+import functools
+import hashlib
+from importlib import resources
+from pathlib import Path
+
+
+def package_dir(name: str) -> Path:
+    """codegen_templates/ and runtime/ ship inside the wheel as gcompile.<name>; in a source checkout they
+    sit at the top level."""
+    try:
+        found = Path(str(resources.files(f"gcompile.{name}")))
+        if found.is_dir():
+            return found
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parents[1] / name
+
+
+@functools.lru_cache(maxsize=None)
+def code_digest() -> str:
+    """sha256 of gcompile's own code, templates and runtime: a build made by other code is never reused."""
+    h = hashlib.sha256()
+    roots = [Path(__file__).resolve().parent, package_dir("codegen_templates"), package_dir("runtime")]
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".j2", ".h", ".cuh", ".cpp")):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()

@@ -1,0 +1,1 @@
+"""C/CUDA runtime files inlined into every generated program (shipped as package data gcompile.runtime)."""
