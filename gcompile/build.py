@@ -87,11 +87,15 @@ def write_if_changed(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def run(cmd: list[str], source: Path) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildError(f"compiling {source.name} failed (exit {proc.returncode})", command=cmd,
-                         stderr=proc.stderr + proc.stdout, source_path=str(source))
+def run(commands: list[list[str]], source: Path) -> None:
+    """Run independent compiler commands side by side; the first failure raises BuildError."""
+    procs = [(cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+             for cmd in commands]
+    results = [(cmd, proc, *proc.communicate()) for cmd, proc in procs]
+    for cmd, proc, out, err in results:
+        if proc.returncode != 0:
+            raise BuildError(f"compiling {source.name} failed (exit {proc.returncode})", command=cmd,
+                             stderr=err + out, source_path=str(source))
 
 
 def initial_checkpoint(module) -> Checkpoint:
@@ -140,9 +144,9 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
         key_file.unlink(missing_ok=True)
         program_key_file(out, module.name).unlink(missing_ok=True)
         stub = package_dir("runtime") / "gc_main_stub.cpp"
-        run([compiler, *flags, "-c", str(source), "-o", str(obj)], source)
-        run([compiler, *link_flags, "-shared", str(obj), "-o", str(library)], source)
-        run([compiler, *link_flags, str(obj), str(stub), "-o", str(binary)], source)
+        run([[compiler, *flags, "-c", str(source), "-o", str(obj)]], source)
+        run([[compiler, *link_flags, "-shared", str(obj), "-o", str(library)],
+             [compiler, *link_flags, str(obj), str(stub), "-o", str(binary)]], source)
         obj.unlink(missing_ok=True)
         key_file.write_text(key)
 
