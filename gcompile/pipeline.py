@@ -64,7 +64,7 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     kernels = lower(schedules, plan)
     stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<22} {k.comment}" for ks in kernels.values() for k in ks)
 
-    text = emit(module, schedules, plan, kernels, target, build_command)
+    text = emit(module, plan, kernels, target, build_command)
     stages["emit"] = text
     if os.environ.get("GCOMPILE_DEBUG") == "1":
         for stage, printed in stages.items():

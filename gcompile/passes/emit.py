@@ -58,15 +58,14 @@ def c_string(text: str) -> str:
     return "\n    ".join(lines) or '""'
 
 
-def emit(module, schedules, plan, kernels, target: str, build_command: str) -> str:
+def emit(module, plan, kernels, target: str, build_command: str) -> str:
     env = environment()
     macros = {}
     for template in ("kernels_common.j2", f"kernels_{target}.j2"):
         mod = env.get_template(template).module
         macros.update({name: getattr(mod, name) for name in dir(mod) if not name.startswith("_")})
 
-    def offset(node, schedule=None):
-        return plan.offset_of(node)  # everything in the tables lives in the persistent region
+    offset = plan.offset_of  # everything in the tables lives in the persistent region
 
     layout = []
     for b in plan.buffers:
@@ -85,7 +84,7 @@ def emit(module, schedules, plan, kernels, target: str, build_command: str) -> s
                               "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
 
     variables = [tensor_row(v, offset(v)) for v in module.variables]
-    train_inputs = [tensor_row(x, offset(x, "train")) for x in module.train_inputs]
+    train_inputs = [tensor_row(x, offset(x)) for x in module.train_inputs]
     eval_inputs = [tensor_row(x, offset(x)) for x in module.eval_inputs]
     eval_outputs = [tensor_row(o, offset(o), f"output '{name}' {tuple(o.shape)} {o.dtype}")
                     for name, o in module.outputs.items()]
@@ -100,12 +99,12 @@ def emit(module, schedules, plan, kernels, target: str, build_command: str) -> s
         ("GC_INIT_FILE_NAME", json.dumps(module.init_file)),
         ("GC_LAYOUT_HASH", f"0x{module.layout_hash:016x}ull"),
         ("GC_HAS_TRAIN_STEP", int(module.loss is not None)),
-        ("GC_LOSS_OFFSET", offset(module.loss, "train") if module.loss is not None else 0),
+        ("GC_LOSS_OFFSET", offset(module.loss) if module.loss is not None else 0),
         ("GC_HAS_LR", int(any(v.name == "lr" for v in module.variables))),
         ("GC_HAS_TRAINER", int(trainer is not None)),
         ("GC_BATCH", module.batch_size),
-        ("GC_X_OFFSET", offset(trainer["x"], "train") if trainer else 0),
-        ("GC_Y_OFFSET", offset(trainer["y"], "train") if trainer else 0),
+        ("GC_X_OFFSET", offset(trainer["x"]) if trainer else 0),
+        ("GC_Y_OFFSET", offset(trainer["y"]) if trainer else 0),
         ("GC_LOGITS_OFFSET", offset(trainer["logits"]) if trainer else 0),
         ("GC_ROW", trainer["x"].size // module.batch_size if trainer else 1),
         ("GC_CLASSES", trainer["logits"].shape[1] if trainer else 1),
