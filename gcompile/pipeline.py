@@ -1,6 +1,6 @@
 """The whole compiler in one function: every pass, in order, by name.
 
-    trace -> simplify -> schedule -> plan_memory -> lower -> emit        (then build, in build.py)
+    trace -> simplify -> fuse -> schedule -> plan_memory -> lower -> emit        (then build, in build.py)
 
 Autodiff and the optimizer's update nodes are appended when the gc.Program is built (gc.gradients and
 optimizer.updates), so `trace` starts from the full training graph. GCOMPILE_DEBUG=1 prints the IR after
@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 from .graph import format_graph
 from .passes.emit import emit
+from .passes.fuse import describe_groups, fuse
 from .passes.lower import Kernel, lower
 from .passes.plan_memory import MemoryPlan, check_plan, plan_memory
 from .passes.schedule import schedule
 from .passes.simplify import simplify
 from .passes.trace import Module, trace
 
-PASSES = ("trace", "simplify", "schedule", "plan_memory", "lower", "emit")
+PASSES = ("trace", "simplify", "fuse", "schedule", "plan_memory", "lower", "emit")
 
 
 @dataclass
@@ -52,6 +53,13 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     module.refresh()
     stages["simplify"] = graphs_text(module.graphs)
 
+    fused, groups = fuse(module.graphs)
+    module.train = fused.get("train", [])
+    module.loss = module.train[0] if module.train else None
+    module.outputs = dict(zip(module.outputs, fused.get("eval", [])))
+    module.refresh()
+    stages["fuse"] = graphs_text(module.graphs) + "\n-- groups\n" + describe_groups(groups)
+
     schedules = {g: schedule(outputs) for g, outputs in module.graphs.items()}
     stages["schedule"] = "\n".join(f"-- {g}\n{format_graph(outputs, order=schedules[g])}"
                                    for g, outputs in module.graphs.items())
@@ -62,7 +70,7 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     stages["plan_memory"] = plan.format()
 
     kernels = lower(schedules, plan)
-    stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<22} {k.comment}" for ks in kernels.values() for k in ks)
+    stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<6} {k.comment}" for ks in kernels.values() for k in ks)
 
     text = emit(module, plan, kernels, target, build_command)
     stages["emit"] = text

@@ -6,14 +6,29 @@
 #include <omp.h>
 #include <vector>
 
-// C (M, N) = op(A) @ op(B), loop orders chosen per transpose case so the innermost loop is contiguous.
-template <typename T, bool TA, bool TB>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K) {
+#ifndef GC_HD
+#define GC_HD
+#endif
+
+// The GEMM's epilogue when the result is stored as is; a tile configuration (the cpu ignores it).
+struct gc_ep_store { template <typename T> GC_HD T operator()(int, int, int, T acc) const { return acc; } };
+template <int BM, int BN, int BK, int TM, int TN, int TF32> struct gc_tile {};
+
+// C[b] (M, N) = ep(b, m, n, op(A[b]) @ op(B[b])) for b < batch, A[b] = A + b * sa (same for B, C); loop
+// orders chosen per transpose case so the innermost loop is contiguous. The sum is rounded to T before the
+// epilogue sees it, as a separate kernel would read it.
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(const T* A0, const T* B0, T* C0, int M, int N, int K, Ep ep,
+                   int batch = 1, long long sa = 0, long long sb = 0, long long sc = 0) {
 #pragma omp parallel
     {
         std::vector<double> acc(N);
-#pragma omp for schedule(static)
+#pragma omp for collapse(2) schedule(static)
+        for (int bi = 0; bi < batch; bi++)
         for (int m = 0; m < M; m++) {
+            const T* A = A0 + bi * sa;
+            const T* B = B0 + bi * sb;
+            T* C = C0 + bi * sc;
             T* c = C + (size_t)m * N;
             if (TB) {       // B is (N, K): each output is a dot product of two rows
                 for (int n = 0; n < N; n++) {
@@ -25,7 +40,7 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K) {
 #pragma omp simd reduction(+ : s)
                         for (int k = 0; k < K; k++) s += (double)a[k] * b[k];
                     }
-                    c[n] = (T)s;
+                    c[n] = ep(bi, m, n, (T)s);
                 }
             } else {        // B is (K, N): accumulate scaled rows of B
                 for (int n = 0; n < N; n++) acc[n] = 0;
@@ -35,46 +50,10 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K) {
 #pragma omp simd
                     for (int n = 0; n < N; n++) acc[n] += a * b[n];
                 }
-                for (int n = 0; n < N; n++) c[n] = (T)acc[n];
+                for (int n = 0; n < N; n++) c[n] = ep(bi, m, n, (T)acc[n]);
             }
         }
     }
-    return GC_OK;
-}
-
-template <typename T, bool LOG>
-static int gc_softmax(const T* x, T* y, int outer, int length, int inner) {
-#pragma omp parallel for schedule(static)
-    for (int64_t row = 0; row < (int64_t)outer * inner; row++) {
-        const size_t o = row / inner, in = row % inner;
-        const T* xr = x + o * (size_t)length * inner + in;
-        T* yr = y + o * (size_t)length * inner + in;
-        T mx = -INFINITY;
-        double sum = 0;
-        for (int j = 0; j < length; j++) mx = std::fmax(mx, xr[(size_t)j * inner]);
-        for (int j = 0; j < length; j++) sum += std::exp(xr[(size_t)j * inner] - mx);
-        const T lse = (T)std::log(sum);
-        for (int j = 0; j < length; j++) {
-            T s = xr[(size_t)j * inner] - mx;
-            yr[(size_t)j * inner] = LOG ? s - lse : (T)(std::exp(s) / sum);
-        }
-    }
-    return GC_OK;
-}
-
-template <typename T, typename L>
-static int gc_softmax_xent(const T* logits, const L* labels, T* out, int batch, int classes) {
-    double total = 0;
-    for (int b = 0; b < batch; b++) {
-        const T* row = logits + (size_t)b * classes;
-        T mx = -INFINITY;
-        double sum = 0;
-        for (int c = 0; c < classes; c++) mx = std::fmax(mx, row[c]);
-        for (int c = 0; c < classes; c++) sum += std::exp(row[c] - mx);
-        int label = (int)labels[b];
-        total += (label >= 0 && label < classes) ? std::log(sum) + mx - row[label] : NAN;
-    }
-    *out = (T)(total / batch);
     return GC_OK;
 }
 

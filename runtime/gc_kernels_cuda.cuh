@@ -1,32 +1,55 @@
 // gc_kernels_cuda.cuh — generic CUDA kernels the generated launchers instantiate with static shapes:
-// tiled GEMM (all transpose cases), softmax / log-softmax along one axis, softmax cross-entropy, the
-// batch gather (uint8 -> float on the device) and the accuracy count. Reductions use a fixed-shape tree
-// in shared memory and no atomics on floats, so every run is bit-for-bit reproducible.
+// tiled GEMM (all transpose cases, with an epilogue functor), the fixed-order reductions fused kernels use,
+// the batch gather (uint8 -> float on the device) and the accuracy count. Reductions use a fixed-shape
+// tree in shared memory and no atomics on floats, so every run is bit-for-bit reproducible.
 
 #define GC_BLOCK 256
+#ifndef GC_HD
+#define GC_HD __host__ __device__
+#endif
 
-// Sum (or max) of one value per thread over a block of GC_BLOCK threads, in a fixed order.
-template <typename T, bool MAX>
-__device__ T gc_block_reduce(T v, T* shared) {
-    shared[threadIdx.x] = v;
+// Sum (or max) of v over the SY threads y of column x, thread t = x + SX * y of a block of SX * SY threads,
+// in a fixed tree order; every thread of the column gets the result. `scratch` holds SX * SY values of T.
+template <typename T, bool MAX, int SX, int SY>
+__device__ T gc_reduce_columns(T v, void* scratch) {
+    if (SY == 1) return v;
+    T* s = (T*)scratch;
+    s[threadIdx.x] = v;
     __syncthreads();
-    for (int s = GC_BLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            T o = shared[threadIdx.x + s];
-            shared[threadIdx.x] = MAX ? (o > shared[threadIdx.x] ? o : shared[threadIdx.x]) : shared[threadIdx.x] + o;
+    for (int h = SY / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h * SX) {
+            T o = s[threadIdx.x + h * SX];
+            s[threadIdx.x] = MAX ? (o > s[threadIdx.x] ? o : s[threadIdx.x]) : s[threadIdx.x] + o;
         }
         __syncthreads();
     }
-    T r = shared[0];
+    T r = s[threadIdx.x % SX];
     __syncthreads();
     return r;
 }
 
+// Sum (or max) of one value per thread over a block of GC_BLOCK threads, in a fixed order.
+template <typename T, bool MAX>
+__device__ T gc_block_reduce(T v, T* shared) {
+    return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, shared);
+}
+
+// The GEMM's epilogue when the result is stored as is; a tile configuration (ignored by this kernel).
+struct gc_ep_store { template <typename T> GC_HD T operator()(int, int, int, T acc) const { return acc; } };
+template <int BM, int BN, int BK, int TM, int TN, int TF32> struct gc_tile {};
+
 // C (M, N) = op(A) @ op(B); op(A) is (M, K): A is (M, K), or (K, M) when TA. op(B) is (K, N): B is (K, N),
 // or (N, K) when TB. 64x64 tiles of C per block of 256 threads, 4x4 outputs per thread, K in steps of 16.
-template <typename T, bool TA, bool TB>
+// C[b] = ep(b, m, n, sum) for b < batch (blockIdx.z), A[b] = A + b * sa, same for B and C. The epilogue is
+// called once per element of C, after the whole sum; it may read and write other buffers at that element.
+template <typename T, bool TA, bool TB, class Ep>
 __global__ void __launch_bounds__(256) gc_gemm_kernel(const T* __restrict__ A, const T* __restrict__ B,
-                                                      T* __restrict__ C, int M, int N, int K) {
+                                                      T* __restrict__ C, int M, int N, int K, Ep ep,
+                                                      long long sa, long long sb, long long sc) {
+    const int batch = blockIdx.z;
+    A += batch * sa;
+    B += batch * sb;
+    C += batch * sc;
     __shared__ T As[16][64 + 1];
     __shared__ T Bs[16][64 + 1];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -62,68 +85,15 @@ __global__ void __launch_bounds__(256) gc_gemm_kernel(const T* __restrict__ A, c
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
-            if (m < M && n < N) C[(size_t)m * N + n] = acc[i][j];
+            if (m < M && n < N) C[(size_t)m * N + n] = ep(batch, m, n, acc[i][j]);
         }
 }
 
-template <typename T, bool TA, bool TB>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K) {
-    dim3 grid((N + 63) / 64, (M + 63) / 64);
-    gc_gemm_kernel<T, TA, TB><<<grid, 256>>>(A, B, C, M, N, K);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
-}
-
-// softmax (or log-softmax) of x viewed as (outer, length, inner) along the middle axis; one block per row.
-template <typename T, bool LOG>
-__global__ void gc_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int length, int inner) {
-    __shared__ T shared[GC_BLOCK];
-    const size_t row = blockIdx.x, o = row / inner, in = row % inner;
-    const T* xr = x + o * (size_t)length * inner + in;
-    T* yr = y + o * (size_t)length * inner + in;
-    T mx = -INFINITY;
-    for (int j = threadIdx.x; j < length; j += GC_BLOCK) mx = fmax(mx, xr[(size_t)j * inner]);
-    mx = gc_block_reduce<T, true>(mx, shared);
-    T sum = 0;
-    for (int j = threadIdx.x; j < length; j += GC_BLOCK) sum += exp(xr[(size_t)j * inner] - mx);
-    sum = gc_block_reduce<T, false>(sum, shared);
-    const T lse = log(sum);
-    for (int j = threadIdx.x; j < length; j += GC_BLOCK) {
-        T s = xr[(size_t)j * inner] - mx;
-        yr[(size_t)j * inner] = LOG ? s - lse : exp(s) / sum;
-    }
-}
-
-template <typename T, bool LOG>
-static int gc_softmax(const T* x, T* y, int outer, int length, int inner) {
-    gc_softmax_kernel<T, LOG><<<outer * inner, GC_BLOCK>>>(x, y, length, inner);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
-}
-
-// loss = mean over rows of logsumexp(logits[b]) - logits[b, label[b]]; one block, fixed-order sum.
-// A label outside [0, classes) makes the loss NaN (the trainer validates labels when it loads them).
-template <typename T, typename L>
-__global__ void gc_softmax_xent_kernel(const T* __restrict__ logits, const L* __restrict__ labels, T* out,
-                                       int batch, int classes) {
-    __shared__ T shared[GC_BLOCK];
-    T total = 0;
-    for (int b = threadIdx.x; b < batch; b += GC_BLOCK) {
-        const T* row = logits + (size_t)b * classes;
-        T mx = -INFINITY;
-        for (int c = 0; c < classes; c++) mx = fmax(mx, row[c]);
-        T sum = 0;
-        for (int c = 0; c < classes; c++) sum += exp(row[c] - mx);
-        int label = (int)labels[b];
-        total += (label >= 0 && label < classes) ? log(sum) + mx - row[label] : T(NAN);
-    }
-    total = gc_block_reduce<T, false>(total, shared);
-    if (threadIdx.x == 0) *out = total / batch;
-}
-
-template <typename T, typename L>
-static int gc_softmax_xent(const T* logits, const L* labels, T* out, int batch, int classes) {
-    gc_softmax_xent_kernel<T, L><<<1, GC_BLOCK>>>(logits, labels, out, batch, classes);
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep,
+                   int batch = 1, long long sa = 0, long long sb = 0, long long sc = 0) {
+    dim3 grid((N + 63) / 64, (M + 63) / 64, batch);
+    gc_gemm_kernel<T, TA, TB, Ep><<<grid, 256>>>(A, B, C, M, N, K, ep, sa, sb, sc);
     GC_LAUNCH_CHECK();
     return GC_OK;
 }

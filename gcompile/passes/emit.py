@@ -23,8 +23,8 @@ RUNTIME_HEAD = [
     ("gc_checkpoint.h", "the checkpoint format: atomic save, checked load"),
 ]
 RUNTIME_KERNELS = {
-    "cuda": ("gc_kernels_cuda.cuh", "generic CUDA kernels: GEMM, softmax, cross-entropy, batch gather"),
-    "cpu": ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM, softmax, cross-entropy, batch gather"),
+    "cuda": ("gc_kernels_cuda.cuh", "generic CUDA kernels: GEMM with epilogues, fixed-order reductions, batch gather"),
+    "cpu": ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM with epilogues, batch gather"),
 }
 RUNTIME_TAIL = [
     ("gc_abi.h", "the C ABI: create/destroy, train_step, forward, variables, save/load, last error"),
