@@ -58,7 +58,8 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     module.loss = module.train[0] if module.train else None
     module.outputs = dict(zip(module.outputs, fused.get("eval", [])))
     module.refresh()
-    stages["fuse"] = graphs_text(module.graphs) + "\n-- groups\n" + describe_groups(groups)
+    fused_text = graphs_text(module.graphs) + "\n-- groups\n"
+    stages["fuse"] = fused_text + describe_groups(groups)
 
     schedules = {g: schedule(outputs) for g, outputs in module.graphs.items()}
     stages["schedule"] = "\n".join(f"-- {g}\n{format_graph(outputs, order=schedules[g])}"
@@ -71,6 +72,11 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
 
     kernels = lower(schedules, plan)
     stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<6} {k.comment}" for ks in kernels.values() for k in ks)
+    made = {}                           # the fuse stage names the kernel each group became
+    for g, ks in kernels.items():
+        for k in ks:
+            made.setdefault(k.group, []).append(f"{k.name} ({g})")
+    stages["fuse"] = fused_text + describe_groups(groups, made)
 
     text = emit(module, plan, kernels, target, build_command)
     stages["emit"] = text

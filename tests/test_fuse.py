@@ -3,6 +3,7 @@ schedules planned and run in a numpy arena (random graphs), and compiled fused k
 reference — cpu here, cuda behind the gpu marker — on hand-written and random graphs."""
 from __future__ import annotations
 
+import re
 import shutil
 from textwrap import dedent
 
@@ -87,7 +88,7 @@ def test_mlp_groups_and_kernel_counts():
         "g8 gemm: GEMM 16x12 with an epilogue of 3 node(s)",
         "g9 gemm: GEMM 12x10 with an epilogue of 3 node(s)",
     ]
-    assert "writes:  softmax_cross_entropy" in text.splitlines()[text.splitlines().index(heads[3]) + 2]
+    assert "writes:  softmax_cross_entropy" in text.splitlines()[text.splitlines().index(heads[3]) + 3]
     assert kernels(prog) == {"train": 10, "eval": 3}
 
 
@@ -150,6 +151,42 @@ def test_gemm_does_not_take_an_epilogue_that_overwrites_its_operand():
     assert "gemm" not in text and "writes:  W (assigned)" in text
     m = np.arange(9, dtype=np.float32).reshape(3, 3)
     np.testing.assert_allclose(gc.Executor([update], target="cpu").run({M: m})[0], 2 * m)
+
+
+class GuardedSGD:
+    """SGD whose updates keep the old value when the loss is not below a bound: assign(p, ok * new + (1 - ok) *
+    p), the shape of a numerical guard (an elementwise select on a scalar computed from the loss)."""
+
+    def __init__(self, lr, bound):
+        self.lr, self.bound = lr, bound
+
+    def updates(self, params, grads, dtype="float32"):
+        self.ok = gc.greater_equal(self.bound, self.loss)
+        return [gc.assign(p, self.ok * (p - self.lr * g) + (1.0 - self.ok) * p) for p, g in zip(params, grads)]
+
+
+@pytest.mark.parametrize("bound", [100.0, 0.0], ids=["updates", "guard holds"])
+def test_guarded_updates_fuse_like_plain_ones(bound, tmp_path):
+    x = gc.placeholder("x", (32, 20))
+    y = gc.placeholder("y", (32,), dtype="int32")
+    r = np.random.RandomState(2)
+    W1 = gc.variable("W1", init=r.normal(0, 0.3, (20, 16)).astype(np.float32))
+    b1 = gc.variable("b1", init=r.normal(0, 0.1, (16,)).astype(np.float32))
+    W2 = gc.variable("W2", init=r.normal(0, 0.3, (16, 10)).astype(np.float32))
+    logits = gc.relu(x @ W1 + b1) @ W2
+    loss = gc.softmax_cross_entropy(logits, y)
+    optimizer = GuardedSGD(0.5, bound)
+    optimizer.loss = loss
+    program = gc.Program(loss, [W1, b1, W2], optimizer, {"logits": logits}, name="guarded")
+    assert kernels(program) == {"train": 7, "eval": 2}   # the guard adds no kernel
+    model = gc.load(gc.compile(program, target="cpu", out_dir=tmp_path))
+    reference = gc.NumpyExecutor(program.train_outputs)
+    for step in range(3):
+        xb, yb = r.uniform(0, 1, (32, 20)).astype(np.float32), r.randint(0, 10, 32).astype(np.int32)
+        np.testing.assert_allclose(model.train_step(xb, yb), reference.run({"x": xb, "y": yb})[0], rtol=RTOL)
+    for name, value in model.params.items():
+        np.testing.assert_allclose(value, reference.variables[name], rtol=RTOL, atol=ATOL, err_msg=name)
+    assert (bound == 0.0) == np.array_equal(model.params["W1"], W1.attrs["init"](W1.shape, "float32"))
 
 
 # --- compiled fused kernels against numpy ------------------------------------------------------------
@@ -298,3 +335,14 @@ def test_random_fused_plans_check_and_compute_the_reference_numbers(graph):
                                    err_msg=node.describe())
     internal = {m for g in groups for m in g.members} - {m for g in groups for m in g.outputs}
     assert not internal & {b.node for b in plan.buffers}, "a value internal to a group got a buffer"
+
+
+def test_inspect_after_fuse_shows_groups_and_their_kernels(capsys):
+    from gcompile.cli import main
+    from conftest import EXAMPLES
+    assert main(["inspect", str(EXAMPLES / "mnist_logreg.py"), "--target", "cpu", "--after", "fuse"]) == 0
+    groups = capsys.readouterr().out.split("-- groups\n")[1].strip().splitlines()
+    assert groups[0] == "g0 gemm: GEMM 1000x10 with an epilogue of 1 node(s)"
+    assert re.fullmatch(r"    kernel:  k0_fused_add_\d+ \(train\), k4_fused_add_\d+ \(eval\)", groups[1])
+    assert re.fullmatch(r"    members: matmul_\d+, add_\d+", groups[2])
+    assert groups[-1] == "    writes:  b1 (assigned)" and len(groups) == 4 * 4

@@ -9,8 +9,9 @@ from .model_file import add_model_arguments, default_target, load_program
 def add_arguments(parser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--after", metavar="PASS", default=None,
-                        help="print the IR after this pass only: trace, simplify, schedule, plan_memory, lower "
-                             "or emit (default: the simplified IR, the schedule and the memory plan)")
+                        help="print the IR after this pass only: trace, simplify, fuse, schedule, plan_memory, "
+                             "lower or emit (default: the fused IR with its groups, the schedule and the memory "
+                             "plan)")
 
 
 def run(args) -> int:
@@ -25,7 +26,7 @@ def run(args) -> int:
     program = load_program(args.model, args.batch_size)
     compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
                                build_command=" ".join([compiler, *flags]))
-    stages = [args.after] if args.after else ["simplify", "schedule", "plan_memory"]
+    stages = [args.after] if args.after else ["fuse", "schedule", "plan_memory"]
     for stage in stages:
         print(f"==== after {stage} ====")
         print(compiled.stages[stage])

@@ -22,7 +22,7 @@ Steps:
      per-slice values over all slices ("global", e.g. the batch-mean loss) at the end (one block).
      A group without reductions is a map (R = ()).
    Identical reductions of one input share an accumulator in the kernel (a sum and a mean of x: one sum).
-   A reduction does not join a group that reads a matmul output, so that group can become an epilogue.
+   A reduction does not join a map that reads a matmul result, so that map can become the GEMM's epilogue.
 3. epilogues: a map group that is the only reader of a matmul result, reading it at the same index,
    becomes that matmul's GEMM epilogue (bias + ReLU; the ReLU mask of the backward; SGD updates of the
    weight whose gradient the GEMM computes), unless it writes a buffer the GEMM reads.
@@ -316,14 +316,23 @@ class Group:
         return (f"{lay.slices} slices of {lay.length} (reduced axes {list(lay.axes)} of {list(lay.domain)}), "
                 f"{phases} reduction phase(s)" + (", then a global reduction" if "global" in lay.context.values() else ""))
 
-    def summary(self, indent: str = "") -> str:
-        """The group as `inspect --after fuse` shows it: kernel, members, what it writes."""
+    def summary(self, indent: str = "", kernels: dict | None = None) -> str:
+        """The group as `inspect --after fuse` shows it: kernel, members, what it writes; `kernels`: group name
+        -> the names of the kernels lower made of it."""
         head = f"{indent}{self.describe()} {self.kind}: {self.kernel_text()}"
+        if kernels and kernels.get(self.describe()):
+            head += f"\n{indent}    kernel:  {', '.join(kernels[self.describe()])}"
         if self.segments:
             return "\n".join([head] + [s.summary(indent + "  ") for s in self.segments])
         leaving = [m.name for m in self.outputs if m.op != "assign"] + [f"{v.name} (assigned)" for v in self.variables]
         return (f"{head}\n{indent}    members: {', '.join(m.name for m in self.members)}"
                 f"\n{indent}    writes:  {', '.join(leaving)}")
+
+
+def epilogue_candidate(g: Group) -> bool:
+    """A map reading a matmul result: it may become the GEMM's epilogue, which a reduction would prevent."""
+    return (not any(m.op in REDUCTIONS for m in g.members)
+            and any(i.op == "matmul" for m in g.members for i in m.inputs))
 
 
 def fusable(n: Node) -> bool:
@@ -408,8 +417,8 @@ class Grouping:
         candidates = list(dict.fromkeys(self.group_of[i] for i in n.inputs if i in self.group_of))
         members, layout = None, None
         for g in candidates:
-            if n.op in REDUCTIONS and any(i.op == "matmul" for m in g.members for i in m.inputs):
-                continue       # keep the map an epilogue candidate
+            if n.op in REDUCTIONS and epilogue_candidate(g):
+                continue
             trial = sorted(set(members or []) | set(g.members) | {n}, key=position.get)
             found = self.layout(trial)
             if found is not None:
@@ -504,8 +513,8 @@ class Grouping:
                     outer[m] = part.result_of(m)
 
 
-def describe_groups(groups: list[Group]) -> str:
-    return "\n".join(g.summary() for g in groups)
+def describe_groups(groups: list[Group], kernels: dict | None = None) -> str:
+    return "\n".join(g.summary(kernels=kernels) for g in groups)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ This is where the C is decided: index arithmetic for broadcasting, transposes an
 expressions, each fused group's members become C statements in the right place of its kernel (per slice,
 per element, in which reduction phase), and launch shapes are chosen, so the templates only substitute.
 Kinds:
-- `gemm`: a matmul through the runtime's gc_gemm, with the group's epilogue functor when it has one;
+- `matmul`: a (batched) GEMM through the runtime's gc_gemm, with the group's epilogue functor when it has one;
 - `fused`: a kernel over one or more segments (a rows group, or each segment of a multi group).
 Views (reshape, group_output), leaves and scalar constants produce no kernel.
 """
@@ -25,6 +25,7 @@ C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "uint8":
 NO_KERNEL = {"placeholder", "variable", "constant", "reshape", "group_output"}
 BLOCK = 256                      # threads per block of every fused kernel (GC_BLOCK in the runtime)
 GEMM_TILE = "gc_tile<64, 64, 16, 4, 4, 0>"   # the runtime's GEMM ignores it until tile choice exists
+GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Kernel:
     comment: str                 # what it implements, in one line
     values: dict = field(default_factory=dict)
     details: list = field(default_factory=list)   # the graph nodes it implements, with shapes (comment lines)
+    group: str | None = None     # the fused group it computes (fuse.py), e.g. "g3"
 
 
 def c_literal(value, dtype: str) -> str:
@@ -88,12 +90,13 @@ def threads(layout: Layout) -> tuple[int, int]:
     """(slices per block, threads per slice) of a block of BLOCK threads, thread t = x + sx * y working on
     slice x of the block's slices and on elements y, y + sy, ... of the slice. Short slices: a thread each;
     long contiguous ones (reduced innermost axis): a warp or the whole block each; strided ones (the
-    innermost axis kept): 32 neighbouring slices side by side, so a warp's loads are contiguous."""
+    innermost axis kept): 8 neighbouring slices side by side — a warp reads a 32-byte sector of 4 rows —
+    and 32 threads along each."""
     if layout.length <= 32:
         return BLOCK, 1
     if layout.domain and len(layout.domain) - 1 in layout.axes:
         return (1, BLOCK) if layout.length >= 1024 else (BLOCK // 32, 32)
-    sx = min(32, 1 << max(0, (layout.slices - 1).bit_length()))
+    sx = min(8, 1 << max(0, (layout.slices - 1).bit_length()))
     return sx, BLOCK // sx
 
 
@@ -117,48 +120,51 @@ class Lowering:
     def kernel(self, node: Node, index: int) -> Kernel | None:
         if node.op in NO_KERNEL:
             return None
-        name = c_name(node, index)
         method = getattr(self, "lower_" + node.op, None)
         if method is None:
             raise GCompileError(f"lower: no kernel for op {node.op!r} (node {node.describe()})")
-        return method(node, name)
+        kind, values = method(node)
+        if node.op != "fused":
+            return Kernel(kind, c_name(node, index), f"{self.direction}: {describe(node)}", values)
+        group = node.attrs["group"]
+        return Kernel(kind, c_name(node, index), f"{self.direction}: {group.describe()} {group.kind}: "
+                      f"{group.kernel_text()}", values, [describe(m) for m in group.members], group.describe())
 
-    def lower_matmul(self, node: Node, name: str, epilogue: dict | None = None, c: str | None = None,
-                     operands: tuple | None = None):
-        a, b = operands or node.inputs
-        m, n = node.shape
-        k = a.shape[0] if node.attrs["trans_a"] else a.shape[1]
-        values = {"a": self.pointer(a), "b": self.pointer(b), "c": c or self.pointer(node, const=False),
-                  "m": m, "n": n, "k": k, "trans_a": int(node.attrs["trans_a"]),
-                  "trans_b": int(node.attrs["trans_b"]), "ctype": C_TYPES[node.dtype], "tile": GEMM_TILE,
-                  "epilogue": epilogue}
-        return Kernel("gemm", name, f"{self.direction}: {describe(node)}", values)
+    def lower_matmul(self, node: Node):
+        return "matmul", self.gemm(node, node.inputs, self.pointer(node, const=False), None)
 
-    def lower_fused(self, node: Node, name: str):
+    def gemm(self, node: Node, operands, c: str, epilogue: dict | None) -> dict:
+        a, b = operands
+        m, n = node.shape[-2:]
+        k = a.shape[-2] if node.attrs["trans_a"] else a.shape[-1]
+        batch = node.shape[0] if node.ndim == 3 else 1
+        # a stack's matrices follow each other; a shared matrix (2-D, or a stack of one) has stride 0
+        sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
+        return {"a": self.pointer(a), "b": self.pointer(b), "c": c, "m": m, "n": n, "k": k,
+                "trans_a": int(node.attrs["trans_a"]), "trans_b": int(node.attrs["trans_b"]),
+                "ctype": C_TYPES[node.dtype], "tile": GEMM_TILE, "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
+                "epilogue": epilogue}
+
+    def lower_fused(self, node: Node):
         group: Group = node.attrs["group"]
-        details = [describe(m) for m in group.members]
         if group.kind == "gemm":
             code = GroupCode(self, group, group.layout)
             epilogue, stored = code.epilogue()
             matmul = group.members[0]
-            kernel = self.lower_matmul(matmul, name, epilogue, self.pointer(code.target(stored), const=False),
-                                       tuple(group.external[x] for x in matmul.inputs))
-            kernel.comment = f"{self.direction}: {group.describe()} gemm: {group.kernel_text()}"
-            kernel.details = details
-            return kernel
+            return "matmul", self.gemm(matmul, tuple(group.external[x] for x in matmul.inputs),
+                                       self.pointer(code.target(stored), const=False), epilogue)
         segments, first = [], 0
-        for k, part in enumerate(group.segments or [group]):
-            body = GroupCode(self, part, part.layout).segment(f"{name}_s{k}")
+        for part in group.segments or [group]:
+            body = GroupCode(self, part, part.layout).segment()
             body["first"], body["end"] = first, first + body["blocks"]
             first += body["blocks"]
             segments.append(body)
-        return Kernel("fused", name, f"{self.direction}: {group.describe()} {group.kind}: {group.kernel_text()}",
-                      {"segments": segments, "blocks": first}, details)
+        return "fused", {"segments": segments, "blocks": first}
 
 
 class GroupCode:
     """The C statements of one group: every member a local `v<k>` computed in its context — once per slice
-    (`o` is the slice, in gemm epilogues `m`, `n`), per element of the slice (`i` is the element's flat index
+    (`o` is the slice; in a GEMM's epilogue the coordinates `b`, `m`, `n`), per element of the slice (`i` is the element's flat index
     in the domain, `r` its index within the slice) or once after all slices."""
 
     def __init__(self, lowering: Lowering, group: Group, layout: Layout):
@@ -174,7 +180,8 @@ class GroupCode:
         if context == "element":
             return linear_index("i", lay.domain, coef)
         if context == "gemm":
-            terms = [f"(int64_t){v} * {c}" if c != 1 else f"(int64_t){v}" for v, c in zip("mn", coef) if c]
+            terms = [f"(int64_t){v} * {c}" if c != 1 else f"(int64_t){v}"
+                     for v, c in zip(GEMM_COORDINATES[-len(coef):], coef) if c]
             return " + ".join(terms) or "0"
         if context == "slice":
             return linear_index("o", lay.kept_shape, [coef[d] for d in lay.kept])
@@ -193,7 +200,7 @@ class GroupCode:
             return ""
         zero = [d for d in axes if shape[d] > 1 and coef[d] == 0]
         if context == "gemm":
-            return " && ".join(f"{'mn'[d]} == 0" for d in zero)
+            return " && ".join(f"{GEMM_COORDINATES[-len(shape):][d]} == 0" for d in zero)
         return " && ".join(f"{coordinate(var, shape, d)} == 0" for d in zero)
 
     def read(self, m: Node, k: int, context: str) -> str:
@@ -282,7 +289,7 @@ class GroupCode:
         return [m for m in self.members if m.op == "assign" or m in self.group.outputs]
 
     # --- kernels --------------------------------------------------------------------------------
-    def segment(self, name: str) -> dict:
+    def segment(self) -> dict:
         """A rows group as the body of a kernel: per slice, the reduction phases, then the element loop."""
         lay = self.layout
         ctx = lay.context
@@ -339,7 +346,7 @@ class GroupCode:
         offset = linear_index("r", [lay.domain[d] for d in lay.axes],
                               [strides(lay.domain)[d] for d in lay.axes]) if lay.axes else "0"
         return {
-            "name": name, "slices": lay.slices, "length": lay.length, "base": base, "offset": offset,
+            "slices": lay.slices, "length": lay.length, "base": base, "offset": offset,
             "sx": sx, "sy": sy, "blocks": 1 if global_accs else blocks_for(lay.slices, sx),
             "prelude": prelude, "phases": body_phases, "element_loop": element_loop,
             "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,

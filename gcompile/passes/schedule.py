@@ -2,8 +2,8 @@
 
 Constraints (a networkx DiGraph from each node to what must run before it):
 - every node after its inputs;
-- every `assign(var, value)` after every other node that reads var's old value (var itself, or a reshape
-  view of var): the assign overwrites var's buffer in place. A cycle (two assigns to one variable, or a read
+- every `assign(var, value)` (and every fused node holding one) after every other node that reads var's
+  old value (var itself, or a reshape view of var): the assign overwrites var's buffer in place. A cycle (two assigns to one variable, or a read
   of var's old value that needs the assign's result) cannot be scheduled and raises GCompileError naming
   the nodes on it.
 
