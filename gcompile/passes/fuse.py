@@ -12,8 +12,8 @@ Steps:
    loss and its gradient share one max and one sum).
 2. group (vertical fusion), greedily in a topological order: a fusable node joins the group of an input,
    and may merge the groups of several inputs, when the result is
-   - convex (no path leaves the group and comes back; assigns count as reading after every other reader
-     of their variable's old value),
+   - convex (no path leaves the group and comes back, each other group counting as one node; assigns
+     count as reading after every other reader of their variable's old value),
    - needed by the same graphs (train, eval) — eval must not run training-only work,
    - placeable: one domain shape D and one set of reduced axes R for the whole group (`Layout`). A
      *rows* kernel walks the slices of D (the index over the kept axes): it reduces over R in phases (a
@@ -158,7 +158,7 @@ class Layout:
         return None if amap is None else self.spread(broadcast_coefficients(shape, shape), amap)
 
     def operand_coef(self, m: Node, k: int) -> list[int] | None:
-        """Coefficients at which member m reads its k-th input."""
+        """Coefficients at which member m reads its k-th input (None: m does not fit the domain)."""
         x = m.inputs[k]
         if m.op in ("reshape", "assign"):          # same flat index as the result
             return self.coef[m]
@@ -167,6 +167,8 @@ class Layout:
         if m.op == "matmul":
             return None                            # read by the GEMM itself
         amap = self.axis_map(m.shape)
+        if amap is None:
+            return None
         if m.op == "one_hot":
             per_axis = broadcast_coefficients(x.shape, x.shape) + [0]
         elif m.op == "transpose":
@@ -351,6 +353,9 @@ def fuse(graphs: dict[str, list[Node]]) -> tuple[dict[str, list[Node]], list[Gro
 
 
 class Grouping:
+    """The grouping of one set of graphs: the processing order, the dependences (data and assign order),
+    and the groups formed so far (`group_of`)."""
+
     def __init__(self, graphs: dict[str, list[Node]]):
         self.graphs = graphs
         everything = [o for outs in graphs.values() for o in outs]
@@ -366,8 +371,11 @@ class Grouping:
         self.graph_outputs = set(everything)
         reach = {g: set(G.topological_order(outs)) for g, outs in graphs.items()}
         self.needed_by = {n: frozenset(g for g in graphs if n in reach[g]) for n in self.order}
-        self.bit = {n: 1 << k for k, n in enumerate(self.order)}
-        self.ancestors = {}
+        self.successors = {n: [] for n in self.order}     # what must run after n (data and assign order)
+        for n in self.order:
+            for d in self.prereqs[n]:
+                self.successors[d].append(n)
+        self.placed = set()                              # the nodes seen so far, in order
         self.group_of: dict[Node, Group] = {}
         self.count = 0
 
@@ -377,10 +385,22 @@ class Grouping:
         return lambda m: m in self.graph_outputs or any(u not in inside for u in self.users[m])
 
     def convex(self, members) -> bool:
-        """No path from the group through an outside node back into the group."""
-        bits = sum(self.bit[m] for m in members)
-        return not any(not self.bit[d] & bits and self.ancestors[d] & bits
-                       for m in members for d in self.prereqs[m])
+        """No path leaves the group and comes back, each other group counting as one node (whatever reaches
+        one of its members runs before all of them, and all of them before what follows any). Only nodes
+        placed so far can lead back: later ones come after every member."""
+        inside = set(members)
+        stack = [u for m in members for u in self.successors[m] if u not in inside and u in self.placed]
+        seen = set(stack)
+        while stack:
+            v = stack.pop()
+            group = self.group_of.get(v)
+            for u in self.successors[v] + (group.members if group else []):
+                if u in inside:
+                    return False
+                if u not in seen and u in self.placed:
+                    seen.add(u)
+                    stack.append(u)
+        return True
 
     def layout(self, members, gemm=None) -> Layout | None:
         if len({self.needed_by[m] for m in members}) != 1 or not self.convex(members):
@@ -398,9 +418,7 @@ class Grouping:
     def run(self):
         position = {n: k for k, n in enumerate(self.order)}
         for n in self.order:
-            self.ancestors[n] = 0
-            for d in self.prereqs[n]:
-                self.ancestors[n] |= self.ancestors[d] | self.bit[d]
+            self.placed.add(n)
             if fusable(n):
                 self.join(n, position)
         self.epilogues()

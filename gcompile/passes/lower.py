@@ -148,14 +148,14 @@ class Lowering:
     def lower_fused(self, node: Node):
         group: Group = node.attrs["group"]
         if group.kind == "gemm":
-            code = GroupCode(self, group, group.layout)
+            code = GroupCode(self, group)
             epilogue, stored = code.epilogue()
             matmul = group.members[0]
             return "matmul", self.gemm(matmul, tuple(group.external[x] for x in matmul.inputs),
                                        self.pointer(code.target(stored), const=False), epilogue)
         segments, first = [], 0
         for part in group.segments or [group]:
-            body = GroupCode(self, part, part.layout).segment()
+            body = GroupCode(self, part).segment()
             body["first"], body["end"] = first, first + body["blocks"]
             first += body["blocks"]
             segments.append(body)
@@ -164,11 +164,11 @@ class Lowering:
 
 class GroupCode:
     """The C statements of one group: every member a local `v<k>` computed in its context — once per slice
-    (`o` is the slice; in a GEMM's epilogue the coordinates `b`, `m`, `n`), per element of the slice (`i` is the element's flat index
-    in the domain, `r` its index within the slice) or once after all slices."""
+    (`o` is the slice; in a GEMM's epilogue the coordinates `b`, `m`, `n`), per element of the slice (`i`
+    is the element's flat index in the domain, `r` its index within the slice) or once after all slices."""
 
-    def __init__(self, lowering: Lowering, group: Group, layout: Layout):
-        self.lowering, self.group, self.layout = lowering, group, layout
+    def __init__(self, lowering: Lowering, group: Group):
+        self.lowering, self.group, self.layout = lowering, group, group.layout
         self.members = group.members
         self.inside = set(self.members)
         self.var = {m: f"v{k}" for k, m in enumerate(self.members)}
@@ -313,7 +313,7 @@ class GroupCode:
                 x = red.inputs[0]
                 if new:
                     accs.append(self.declare(red, acc))
-                    if x in self.inside:
+                    if x in self.inside and ctx[x] == "element":   # else constant over the slice: computed
                         self.define(x, "element", loop, loop_done)
                     loop.append(self.accumulate(red, acc, self.var[x] if x in self.inside
                                                 else self.read(red, 0, "element")))
@@ -351,7 +351,7 @@ class GroupCode:
             "prelude": prelude, "phases": body_phases, "element_loop": element_loop,
             "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,
             "global_after": global_after, "global_stores": global_stores,
-            "scratch": bool(body_phases or global_accs), "sync": sy > 1,
+            "sync": sy > 1,
             # the cpu target: parallel over slices, unless the slices feed a global sum in a fixed order
             "parallel": int(not global_accs and lay.slices * lay.length > 32768),
         }
