@@ -315,8 +315,9 @@ class Group:
         if not lay.axes:
             return f"map over {lay.slices} elements of {list(lay.domain)}"
         phases = max((lay.level[m] for m in self.members if m.op in REDUCTIONS), default=0)
+        last = ", then a global reduction" if "global" in lay.context.values() else ""
         return (f"{lay.slices} slices of {lay.length} (reduced axes {list(lay.axes)} of {list(lay.domain)}), "
-                f"{phases} reduction phase(s)" + (", then a global reduction" if "global" in lay.context.values() else ""))
+                f"{phases} reduction phase(s){last}")
 
     def summary(self, indent: str = "", kernels: dict | None = None) -> str:
         """The group as `inspect --after fuse` shows it: kernel, members, what it writes; `kernels`: group name

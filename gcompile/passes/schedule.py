@@ -3,9 +3,9 @@
 Constraints (a networkx DiGraph from each node to what must run before it):
 - every node after its inputs;
 - every `assign(var, value)` (and every fused node holding one) after every other node that reads var's
-  old value (var itself, or a reshape view of var): the assign overwrites var's buffer in place. A cycle (two assigns to one variable, or a read
-  of var's old value that needs the assign's result) cannot be scheduled and raises GCompileError naming
-  the nodes on it.
+  old value (var itself, or a reshape view of var): the assign overwrites var's buffer in place. A cycle
+  (two assigns to one variable, or a read of var's old value that needs the assign's result) cannot be
+  scheduled and raises GCompileError naming the nodes on it.
 
 Heuristic, among the nodes whose constraints are met:
 1. the one that grows the live set least: its result's bytes minus the bytes of the inputs it is the last
@@ -96,9 +96,11 @@ def size(n: Node) -> int:
 
 
 def allocated(n: Node) -> int:
-    """Bytes the step computing n allocates: a fused node's outputs, nothing for a group_output."""
+    """Bytes the step computing n allocates: a fused node's outputs (an assign's is its variable), nothing
+    for a group_output."""
     if n.op == "fused":
-        return sum(size(r) for r in n.attrs["group"].results)
+        group = n.attrs["group"]
+        return sum(size(r) for r, m in zip(group.results, group.outputs) if m.op != "assign")
     return 0 if n.op == "group_output" else size(n)
 
 
