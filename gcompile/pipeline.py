@@ -62,6 +62,7 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     stages["plan_memory"] = plan.format()
 
     kernels = lower(schedules, plan)
+    module.kernels = {g: len(ks) for g, ks in kernels.items()}   # one launch per lowered kernel
     stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<22} {k.comment}" for ks in kernels.values() for k in ks)
 
     text = emit(module, plan, kernels, target, build_command)

@@ -78,32 +78,53 @@ static int gc_softmax_xent(const T* logits, const L* labels, T* out, int batch, 
     return GC_OK;
 }
 
+// ---- the trainer's kernels (what each computes: gc_kernels_cuda.cuh, trainer section) ----------------
 template <typename IMG>
-static int gc_gather(const IMG* images, const int32_t* labels, const int32_t* index, int64_t first, int count,
-                     int64_t row, float scale, float* x, int32_t* y, int batch) {
+static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
+                     int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums) {
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < batch; b++) {
-        int src = index[first + (b < count ? b : count - 1)];
+        int64_t p = first + (b < count ? b : count - 1);
+        uint32_t src = (uint32_t)p;
+        if (cursor) {
+            p += cursor->step * batch;
+            src = cursor->shuffle ? gc_perm_apply(cursor->order, (uint32_t)p) : (uint32_t)p;
+        }
         const IMG* in = images + (int64_t)src * row;
         float* out = x + (int64_t)b * row;
-        for (int64_t e = 0; e < row; e++) out[e] = sizeof(IMG) == 1 ? (float)in[e] * scale : (float)in[e];
+        for (int e = 0; e < row; e++) out[e] = sizeof(IMG) == 1 ? (float)in[e] * scale : (float)in[e];
         y[b] = labels[src];
+    }
+    if (sums) {
+        sums[0] += *loss;
+        sums[1] = *loss;
     }
     return GC_OK;
 }
 
-static int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct) {
+static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
+    cursor->step = step;
+    cursor->order = order;
+    cursor->shuffle = shuffle;
+    if (sums) sums[0] = sums[1] = 0;
+    return GC_OK;
+}
+
+static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
+    sums[0] += *loss;
+    sums[1] = *loss;
+    cursor->step += steps;
+    return GC_OK;
+}
+
+static int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
+                            int first) {
+    if (first) *correct = 0;
     for (int b = 0; b < count; b++) {
         const float* row = logits + (size_t)b * classes;
         int best = 0;
         for (int c = 1; c < classes; c++) if (row[c] > row[best]) best = c;
         *correct += best == y[b];
     }
-    return GC_OK;
-}
-
-static int gc_track_loss(const float* loss, double* sums) {
-    sums[0] += *loss;
-    sums[1] = *loss;
     return GC_OK;
 }

@@ -129,35 +129,102 @@ static int gc_softmax_xent(const T* logits, const L* labels, T* out, int batch, 
 }
 
 // ---- the trainer's kernels -------------------------------------------------------------------------
-// x[b, :] = images[index[first + b], :] * scale (uint8 images) or a copy (float images); y[b] likewise.
-// Rows past `count` (the last partial batch) repeat the last valid example and are ignored by the caller.
-template <typename IMG>
+// A training step in the trainer's graph is gather -> the step's kernels; a replayed chunk of steps ends
+// with gc_steps_done. The batch position comes from the device-side cursor, so a graph replays unchanged.
+//
+// Row b of the batch is example src(p) at position p = base + first + min(b, count - 1), where base is
+// cursor->step * batch (training; NULL cursor: 0) and src is the epoch's permutation (cursor->shuffle) or
+// the identity. Rows past `count` (the last partial eval batch) repeat the last valid example and are
+// ignored by the caller. x[b, :] = images[src, :] * scale for uint8 images, a copy for float images.
+// When `sums` is given, the kernel also records the previous step's loss (sums[0] += *loss, sums[1] =
+// *loss): folded in here it costs no launch of its own.
+//
+// One block per batch row; every thread computes the row's source (a few dozen integer operations,
+// identical across the block) instead of synchronizing on a shared value. Rows move V elements at a time.
+template <typename IMG, int V>
 __global__ void gc_gather_kernel(const IMG* __restrict__ images, const int32_t* __restrict__ labels,
-                                 const int32_t* __restrict__ index, int64_t first, int count, int64_t row,
-                                 float scale, float* __restrict__ x, int32_t* __restrict__ y, int batch) {
-    const int64_t total = (int64_t)batch * row;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int b = (int)(e / row);
-        int src = index[first + (b < count ? b : count - 1)];
-        float v = (float)images[(int64_t)src * row + e % row];
-        x[e] = sizeof(IMG) == 1 ? v * scale : v;
-        if (e % row == 0) y[b] = labels[src];
+                                 const gc_cursor* __restrict__ cursor, int64_t first, int count, int row,
+                                 float scale, float* __restrict__ x, int32_t* __restrict__ y, int batch,
+                                 const float* __restrict__ loss, double* __restrict__ sums) {
+    const int b = blockIdx.x;
+    int64_t p = first + (b < count ? b : count - 1);
+    uint32_t src = (uint32_t)p;
+    if (cursor) {
+        p += cursor->step * batch;
+        src = cursor->shuffle ? gc_perm_apply(cursor->order, (uint32_t)p) : (uint32_t)p;
+    }
+    const IMG* in = images + (int64_t)src * row;
+    float* out = x + (int64_t)b * row;
+    for (int e = threadIdx.x * V; e < row; e += blockDim.x * V) {
+        float v[V];
+        if (V == 4 && sizeof(IMG) == 1) {
+            uchar4 u = *(const uchar4*)(in + e);
+            v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
+        } else if (V == 4) {
+            float4 f = *(const float4*)(in + e);
+            v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+        } else {
+            v[0] = (float)in[e];
+        }
+#pragma unroll
+        for (int i = 0; i < V; i++) v[i] = sizeof(IMG) == 1 ? v[i] * scale : v[i];
+        if (V == 4) *(float4*)(out + e) = make_float4(v[0], v[1], v[2], v[3]);
+        else out[e] = v[0];
+    }
+    if (threadIdx.x == 0) y[b] = labels[src];
+    if (sums && b == 0 && threadIdx.x == 0) {
+        sums[0] += *loss;
+        sums[1] = *loss;
     }
 }
 
 template <typename IMG>
-static int gc_gather(const IMG* images, const int32_t* labels, const int32_t* index, int64_t first, int count,
-                     int64_t row, float scale, float* x, int32_t* y, int batch) {
-    int64_t total = (int64_t)batch * row;
-    int blocks = (int)((total + 255) / 256 < 2048 ? (total + 255) / 256 : 2048);
-    gc_gather_kernel<IMG><<<blocks, 256>>>(images, labels, index, first, count, row, scale, x, y, batch);
+static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
+                     int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums) {
+    // vector moves need rows that keep 16-byte alignment of the float output: images and x start 256-aligned
+    const int vectors = row % 4 == 0 ? row / 4 : row;
+    const int threads = vectors < 256 ? (vectors + 31) / 32 * 32 : 256;
+    if (row % 4 == 0)
+        gc_gather_kernel<IMG, 4><<<batch, threads>>>(images, labels, cursor, first, count, row, scale, x, y, batch,
+                                                     loss, sums);
+    else
+        gc_gather_kernel<IMG, 1><<<batch, threads>>>(images, labels, cursor, first, count, row, scale, x, y, batch,
+                                                     loss, sums);
     GC_LAUNCH_CHECK();
     return GC_OK;
 }
 
-// correct += number of rows b < count whose argmax(logits[b]) equals y[b] (first maximum wins, as numpy).
+// Start a chunk of steps: the cursor's position and order; the epoch's loss sums restart when given.
+__global__ void gc_set_cursor_kernel(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
+    cursor->step = step;
+    cursor->order = order;
+    cursor->shuffle = shuffle;
+    if (sums) sums[0] = sums[1] = 0;
+}
+
+static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
+    gc_set_cursor_kernel<<<1, 1>>>(cursor, step, order, shuffle, sums);
+    GC_LAUNCH_CHECK();
+    return GC_OK;
+}
+
+// End a replayed chunk of `steps` steps: record its last loss and advance the cursor past it.
+__global__ void gc_steps_done_kernel(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
+    sums[0] += *loss;
+    sums[1] = *loss;
+    cursor->step += steps;
+}
+
+static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
+    gc_steps_done_kernel<<<1, 1>>>(cursor, steps, loss, sums);
+    GC_LAUNCH_CHECK();
+    return GC_OK;
+}
+
+// correct (+)= number of rows b < count whose argmax(logits[b]) equals y[b] (first maximum wins, as numpy);
+// the first batch of an evaluation sets it (no separate zeroing launch).
 __global__ void gc_count_correct_kernel(const float* __restrict__ logits, const int32_t* __restrict__ y,
-                                        int count, int classes, int64_t* correct) {
+                                        int count, int classes, int64_t* correct, int first) {
     __shared__ int64_t shared[GC_BLOCK];
     int64_t hits = 0;
     for (int b = threadIdx.x; b < count; b += GC_BLOCK) {
@@ -167,23 +234,12 @@ __global__ void gc_count_correct_kernel(const float* __restrict__ logits, const 
         hits += best == y[b];
     }
     hits = gc_block_reduce<int64_t, false>(hits, shared);
-    if (threadIdx.x == 0) *correct += hits;
+    if (threadIdx.x == 0) *correct = (first ? 0 : *correct) + hits;
 }
 
-static int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct) {
-    gc_count_correct_kernel<<<1, GC_BLOCK>>>(logits, y, count, classes, correct);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
-}
-
-// sums[0] += *loss; sums[1] = *loss (the epoch's running total and its last value, kept on the device).
-__global__ void gc_track_loss_kernel(const float* loss, double* sums) {
-    sums[0] += *loss;
-    sums[1] = *loss;
-}
-
-static int gc_track_loss(const float* loss, double* sums) {
-    gc_track_loss_kernel<<<1, 1>>>(loss, sums);
+static int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
+                            int first) {
+    gc_count_correct_kernel<<<1, GC_BLOCK>>>(logits, y, count, classes, correct, first);
     GC_LAUNCH_CHECK();
     return GC_OK;
 }

@@ -18,7 +18,7 @@ from .lower import C_TYPES, c_literal
 DTYPE_CODES = {"uint8": 0, "int32": 1, "float32": 2, "float64": 4}
 
 RUNTIME_HEAD = [
-    ("gc_runtime.h", "error codes and messages, the device abstraction, RNG, checksum"),
+    ("gc_runtime.h", "error codes and messages, the device abstraction, training order, CUDA graphs, timers"),
     ("gc_data.h", ".npy and IDX readers with full validation"),
     ("gc_checkpoint.h", "the checkpoint format: atomic save, checked load"),
 ]

@@ -25,6 +25,7 @@ class Module:
     variables: list[Node] = field(default_factory=list)
     train_inputs: list[Node] = field(default_factory=list)
     eval_inputs: list[Node] = field(default_factory=list)
+    kernels: dict[str, int] = field(default_factory=dict)   # kernel launches per step of each graph (lower)
 
     @property
     def graphs(self) -> dict[str, list[Node]]:
@@ -78,6 +79,7 @@ class Module:
             "outputs": [row(o, name) for name, o in self.outputs.items()],
             "variables": [dict(row(v), trainable=bool(v.attrs.get("trainable", True))) for v in self.variables],
             "layout_hash": f"{self.layout_hash:016x}", "init_file": self.init_file,
+            "kernels": {"train": self.kernels.get("train", 0), "eval": self.kernels.get("eval", 0)},
         }
 
 
