@@ -111,10 +111,12 @@ GC_EXPORT int gc_forward(gc_model* m, const void* const* inputs, int n, void* co
 // warm-up also update the parameters). CUDA events on cuda, the wall clock on cpu.
 GC_EXPORT int gc_time_steps(gc_model* m, int which, int steps, double* seconds) {
     GC_TRY(gc_check_model(m, "gc_time_steps"));
-    if (which != 0 && which != 1) return gc_fail(GC_ERR_ARG, "gc_time_steps: which is %d, not 0 (train) or 1 (eval)", which);
+    if (which != 0 && which != 1)
+        return gc_fail(GC_ERR_ARG, "gc_time_steps: which is %d, not 0 (train) or 1 (eval)", which);
     if (steps < 1) return gc_fail(GC_ERR_ARG, "gc_time_steps: steps is %d, must be at least 1", steps);
     if (!seconds) return gc_fail(GC_ERR_ARG, "gc_time_steps: seconds is NULL");
-    if (which == 0 && !GC_HAS_TRAIN_STEP) return gc_fail(GC_ERR_ARG, "gc_time_steps: this program has no training step");
+    if (which == 0 && !GC_HAS_TRAIN_STEP)
+        return gc_fail(GC_ERR_ARG, "gc_time_steps: this program has no training step");
     const int kind = which == 0 ? GC_GRAPH_TRAIN : GC_GRAPH_EVAL;
     gc_enqueue_fn enqueue = which == 0 ? gc_enqueue_train : gc_enqueue_eval;
     const char* what = which == 0 ? "train steps" : "forward passes";

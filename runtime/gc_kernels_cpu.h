@@ -84,12 +84,7 @@ static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* 
                      int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums) {
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < batch; b++) {
-        int64_t p = first + (b < count ? b : count - 1);
-        uint32_t src = (uint32_t)p;
-        if (cursor) {
-            p += cursor->step * batch;
-            src = cursor->shuffle ? gc_perm_apply(cursor->order, (uint32_t)p) : (uint32_t)p;
-        }
+        const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
         const IMG* in = images + (int64_t)src * row;
         float* out = x + (int64_t)b * row;
         for (int e = 0; e < row; e++) out[e] = sizeof(IMG) == 1 ? (float)in[e] * scale : (float)in[e];
@@ -120,11 +115,6 @@ static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, do
 static int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
                             int first) {
     if (first) *correct = 0;
-    for (int b = 0; b < count; b++) {
-        const float* row = logits + (size_t)b * classes;
-        int best = 0;
-        for (int c = 1; c < classes; c++) if (row[c] > row[best]) best = c;
-        *correct += best == y[b];
-    }
+    for (int b = 0; b < count; b++) *correct += gc_argmax(logits + (size_t)b * classes, classes) == y[b];
     return GC_OK;
 }

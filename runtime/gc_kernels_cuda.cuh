@@ -132,10 +132,10 @@ static int gc_softmax_xent(const T* logits, const L* labels, T* out, int batch, 
 // A training step in the trainer's graph is gather -> the step's kernels; a replayed chunk of steps ends
 // with gc_steps_done. The batch position comes from the device-side cursor, so a graph replays unchanged.
 //
-// Row b of the batch is example src(p) at position p = base + first + min(b, count - 1), where base is
-// cursor->step * batch (training; NULL cursor: 0) and src is the epoch's permutation (cursor->shuffle) or
-// the identity. Rows past `count` (the last partial eval batch) repeat the last valid example and are
-// ignored by the caller. x[b, :] = images[src, :] * scale for uint8 images, a copy for float images.
+// Row b of the batch is example gc_batch_source(cursor, first, count, batch, b): position first + b, plus
+// cursor->step * batch when training, through the epoch's permutation when shuffling. Rows past `count`
+// (the last partial eval batch) repeat the last valid example and are ignored by the caller.
+// x[b, :] = images[src, :] * scale for uint8 images, a copy for float images.
 // When `sums` is given, the kernel also records the previous step's loss (sums[0] += *loss, sums[1] =
 // *loss): folded in here it costs no launch of its own.
 //
@@ -147,12 +147,7 @@ __global__ void gc_gather_kernel(const IMG* __restrict__ images, const int32_t* 
                                  float scale, float* __restrict__ x, int32_t* __restrict__ y, int batch,
                                  const float* __restrict__ loss, double* __restrict__ sums) {
     const int b = blockIdx.x;
-    int64_t p = first + (b < count ? b : count - 1);
-    uint32_t src = (uint32_t)p;
-    if (cursor) {
-        p += cursor->step * batch;
-        src = cursor->shuffle ? gc_perm_apply(cursor->order, (uint32_t)p) : (uint32_t)p;
-    }
+    const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
     const IMG* in = images + (int64_t)src * row;
     float* out = x + (int64_t)b * row;
     for (int e = threadIdx.x * V; e < row; e += blockDim.x * V) {
@@ -227,12 +222,8 @@ __global__ void gc_count_correct_kernel(const float* __restrict__ logits, const 
                                         int count, int classes, int64_t* correct, int first) {
     __shared__ int64_t shared[GC_BLOCK];
     int64_t hits = 0;
-    for (int b = threadIdx.x; b < count; b += GC_BLOCK) {
-        const float* row = logits + (size_t)b * classes;
-        int best = 0;
-        for (int c = 1; c < classes; c++) if (row[c] > row[best]) best = c;
-        hits += best == y[b];
-    }
+    for (int b = threadIdx.x; b < count; b += GC_BLOCK)
+        hits += gc_argmax(logits + (size_t)b * classes, classes) == y[b];
     hits = gc_block_reduce<int64_t, false>(hits, shared);
     if (threadIdx.x == 0) *correct = (first ? 0 : *correct) + hits;
 }

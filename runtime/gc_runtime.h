@@ -181,6 +181,22 @@ typedef struct {
     int32_t shuffle;   // 0: file order (--no-shuffle)
 } gc_cursor;
 
+// The example that row b of a batch reads: position first + min(b, count - 1) (rows past `count` repeat the
+// last valid one), shifted by the cursor's step and permuted by its order when there is a cursor.
+GC_HD static inline uint32_t gc_batch_source(const gc_cursor* cursor, int64_t first, int count, int batch, int b) {
+    int64_t p = first + (b < count ? b : count - 1);
+    if (!cursor) return (uint32_t)p;
+    p += cursor->step * batch;
+    return cursor->shuffle ? gc_perm_apply(cursor->order, (uint32_t)p) : (uint32_t)p;
+}
+
+// The index of the largest of row[0..classes) (the first one wins, as numpy's argmax).
+GC_HD static inline int gc_argmax(const float* row, int classes) {
+    int best = 0;
+    for (int c = 1; c < classes; c++) if (row[c] > row[best]) best = c;
+    return best;
+}
+
 // ---- CUDA graphs: capture a piece of work once, replay it ---------------------------------------------
 // Work is described by an enqueue function that launches `length` units of it (training steps, eval
 // batches). With graphs on, the first request for a (kind, tag, length) captures what the function
