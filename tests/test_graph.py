@@ -305,7 +305,7 @@ def test_sgd_with_momentum_and_weight_decay_matches_numpy():
 def test_plain_sgd_has_no_state_and_a_settable_learning_rate():
     x, t, prog = regression(gc.SGD(lr=0.5))
     ex = gc.NumpyExecutor(prog.train_outputs)
-    assert sorted(ex.variables) == ["W", "b", "lr"]
+    assert sorted(ex.variables) == ["W", "b", "lr", "step"]  # step: the program's step counter
     assert ex.get_variable("lr") == np.float32(0.5)
     ex.set_variable("lr", 0.25)
     W = ex.get_variable("W").astype(np.float64)
