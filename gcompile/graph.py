@@ -275,9 +275,16 @@ def conv2d(x, w, b=None, stride: int = 1, padding: int = 0):
     if b is not None:
         if b.shape != (cout,):
             raise ShapeError(f"conv2d: bias {b.describe()} must have shape ({cout},) for weights {w.describe()}")
-        out = out + reshape(b, (cout, 1))
+        out = out + per_image(b, (n, cout, 1))
     oh, ow = (h + 2 * padding - kh) // stride + 1, (wd + 2 * padding - kw) // stride + 1
     return reshape(out, (n, cout, oh, ow))
+
+
+def per_image(v, shape):
+    """Per-channel values v (C,) broadcast to `shape` (N, C, 1, ...): each example gets its own copy. Added to
+    an (N, C, ...) image, the gradient then sums in two parallel stages — over each image, then over the
+    batch — rather than in one long reduction per channel (C outputs would leave most of a GPU idle)."""
+    return broadcast_to(reshape(v, (1,) + tuple(shape[1:])), shape)
 
 
 def max_pool2d(x, kernel, stride: int | None = None, padding: int = 0):
@@ -323,18 +330,25 @@ def batch_norm(x, gamma, beta, running_mean, running_var, momentum: float = 0.1,
         if v.shape != (c,) or v.dtype != x.dtype:
             raise ShapeError(f"batch_norm: {v.describe()} must have shape ({c},) and x's dtype, for x "
                              f"{x.describe()}")
-    axes = tuple(a for a in range(x.ndim) if a != 1)
-    per_channel = tuple(c if a == 1 else 1 for a in range(x.ndim))
     count = x.size // c
     if count < 2:
         raise ShapeError(f"batch_norm: {x.describe()} has {count} value per channel; batch statistics need 2")
-    mean = reduce_mean(x, axes, keepdims=True)
-    centered = x - mean
-    var = reduce_mean(centered * centered, axes, keepdims=True)
-    scale = reshape(gamma, per_channel) / sqrt(var + eps)
-    train = centered * scale + reshape(beta, per_channel)
-    eval_scale = reshape(gamma, per_channel) / sqrt(reshape(running_var, per_channel) + eps)
-    evaluated = (x - reshape(running_mean, per_channel)) * eval_scale + reshape(beta, per_channel)
+    # statistics in two stages (over each image, then over the batch) and per-channel values broadcast per
+    # image (see per_image): every reduction of the step and of its gradient has N*C or C*N-sized work
+    images = (x.shape[0], c) + (1,) * (x.ndim - 2)
+    inner = tuple(range(2, x.ndim))
+
+    def batch_mean(v):
+        return reduce_mean(reduce_mean(v, inner, keepdims=True) if inner else v, 0, keepdims=True)
+
+    def channels(v):
+        return per_image(reshape(v, (c,)), images)
+
+    mean = batch_mean(x)
+    centered = x - broadcast_to(mean, images)
+    var = batch_mean(centered * centered)
+    train = centered * channels(gamma / sqrt(reshape(var, (c,)) + eps)) + channels(beta)
+    evaluated = (x - channels(running_mean)) * channels(gamma / sqrt(running_var + eps)) + channels(beta)
     updates = [assign(running_mean, running_mean * (1.0 - momentum) + reshape(mean, (c,)) * momentum),
                assign(running_var, running_var * (1.0 - momentum)
                       + reshape(var, (c,)) * (momentum * count / (count - 1)))]
@@ -412,6 +426,8 @@ def format_attr(value) -> str:
         return repr(value)
     if hasattr(value, "describe"):
         return value.describe()
+    if isinstance(value, tuple) and value and all(isinstance(v, Node) for v in value):
+        return "[" + ",".join(v.name for v in value) + "]"   # nodes an attribute refers to (train_updates)
     return str(value).replace(" ", "")
 
 
