@@ -276,8 +276,8 @@ def conv2d(x, w, b=None, stride: int = 1, padding: int = 0):
         if b.shape != (cout,):
             raise ShapeError(f"conv2d: bias {b.describe()} must have shape ({cout},) for weights {w.describe()}")
         out = out + per_image(b, (n, cout, 1))
-    oh, ow = (h + 2 * padding - kh) // stride + 1, (wd + 2 * padding - kw) // stride + 1
-    return reshape(out, (n, cout, oh, ow))
+    from .ops.conv import windows_of
+    return reshape(out, (n, cout, windows_of(h, kh, stride, padding), windows_of(wd, kw, stride, padding)))
 
 
 def per_image(v, shape):

@@ -4,6 +4,7 @@ naive sum, and `gcompile inspect` printing the plan."""
 import pytest
 
 from conftest import EXAMPLES, load_example
+from gcompile import GCompileError
 from gcompile.cli import main
 from gcompile.passes import check_plan, plan_memory, schedule, simplify
 from gcompile.passes.plan_memory import storage_root
@@ -44,3 +45,11 @@ def test_inspect_prints_the_plan(capsys):
 def test_set_rejects_unknown_options(capsys):
     assert main(["inspect", str(EXAMPLES / "resnet14.py"), "--target", "cpu", "--set", "depth=50"]) == 1
     assert "program() takes no depth, so --set depth=... cannot be used" in capsys.readouterr().err
+
+
+def test_set_values_are_literals_or_text():
+    from gcompile.commands.model_file import parse_settings
+    assert parse_settings(["lr=0.1", "batch_norm=False", "channels=20,50", "optimizer=adam", "widths=(4, 8)"]) == \
+        {"lr": 0.1, "batch_norm": False, "channels": (20, 50), "optimizer": "adam", "widths": (4, 8)}
+    with pytest.raises(GCompileError, match="expected NAME=VALUE"):
+        parse_settings(["lr"])

@@ -19,7 +19,13 @@ from ..errors import ShapeError
 from .base import Op, register, require_float
 
 
+def windows_of(size: int, kernel: int, stride: int, padding: int) -> int:
+    """Windows along an axis of `size` (no checks: see out_size)."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
 def out_size(op: str, x, size: int, kernel: int, stride: int, padding: int) -> int:
+    """windows_of, with the checks that make it positive and an error naming op and input otherwise."""
     if stride < 1 or padding < 0 or kernel < 1:
         raise ShapeError(f"{op}: kernel {kernel}, stride {stride}, padding {padding} on {x.describe()}: "
                          f"need kernel >= 1, stride >= 1, padding >= 0")
@@ -35,10 +41,6 @@ def window_shape(op: str, node, x) -> tuple:
         raise ShapeError(f"{op}: expected an NCHW image (4-D), got {x.describe()}")
     (kh, kw), s, p = node.attrs["kernel"], node.attrs["stride"], node.attrs["padding"]
     return out_size(op, x, x.shape[2], kh, s, p), out_size(op, x, x.shape[3], kw, s, p)
-
-
-def windows_of(size: int, kernel: int, stride: int, padding: int) -> int:
-    return (size + 2 * padding - kernel) // stride + 1
 
 
 def windows(node, x, fill):
