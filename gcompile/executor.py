@@ -51,9 +51,10 @@ class NumpyExecutor:
     """`NumpyExecutor(outputs, dtype=None, mode="train").run(feed_dict) -> [ndarray, ...]`.
 
     dtype="float64" computes every float value in float64 (for gradient checks); variables are held in
-    that precision too. `mode` picks the train or eval behaviour of batch norm and dropout (gcompile/modes.py);
-    in train mode a run also applies their state updates (running statistics). Variables are initialized from their initializers on construction; read or set them
-    by name with `get_variable` / `set_variable` or the `variables` dict."""
+    that precision too. `mode` picks the train or eval behaviour of batch norm and dropout
+    (gcompile/modes.py); in train mode a run also applies their state updates (running statistics).
+    Variables are initialized from their initializers on construction; read or set them by name with
+    `get_variable` / `set_variable` or the `variables` dict."""
 
     def __init__(self, outputs: Iterable[Node], dtype: str | None = None, mode: str = "train"):
         if dtype is not None and dtype not in G.FLOAT_DTYPES:

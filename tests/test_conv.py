@@ -72,7 +72,8 @@ def test_conv2d_random_shapes(n, c, h, w, cout, k, stride, padding, seed):
         with pytest.raises(gc.ShapeError, match="larger than the padded input"):
             gc.conv2d(gc.placeholder("x", (n, c, h, w)), gc.placeholder("w", (cout, c, k, k)), None, stride, padding)
         return
-    x, wt, b = uniform((n, c, h, w), seed=seed), uniform((cout, c, k, k), seed=seed + 1), uniform((cout,), seed=seed + 2)
+    x, wt = uniform((n, c, h, w), seed=seed), uniform((cout, c, k, k), seed=seed + 1)
+    b = uniform((cout,), seed=seed + 2)
     check_op(lambda X, W, B: gc.conv2d(X, W, B, stride, padding), [x, wt, b],
              lambda X, W, B: conv_ref(X, W, B, stride, padding))
 
