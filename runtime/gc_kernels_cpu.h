@@ -6,36 +6,44 @@
 #include <omp.h>
 #include <vector>
 
-// C (M, N) = op(A) @ op(B), loop orders chosen per transpose case so the innermost loop is contiguous.
-template <typename T, bool TA, bool TB>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K) {
+// The GEMM epilogue that stores the product as it is (see gc_kernels_cuda.cuh).
+struct gc_ep_store { template <typename T> GC_HD T operator()(int, int, int, T acc) const { return acc; } };
+
+// C[b] (M, N) = ep(b, m, n, op(A[b]) @ op(B[b])) for b < batch, A[b] = A + b * sa, likewise B and C; loop
+// orders chosen per transpose case so the innermost loop is contiguous; rows of every b in parallel.
+template <typename T, bool TA, bool TB, class Ep = gc_ep_store>
+static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep = Ep(), int batch = 1,
+                   long long sa = 0, long long sb = 0, long long sc = 0) {
 #pragma omp parallel
     {
         std::vector<double> acc(N);
 #pragma omp for schedule(static)
-        for (int m = 0; m < M; m++) {
-            T* c = C + (size_t)m * N;
+        for (int64_t row = 0; row < (int64_t)batch * M; row++) {
+            const int b = (int)(row / M), m = (int)(row % M);
+            const T* Ab = A + b * sa;
+            const T* Bb = B + b * sb;
+            T* c = C + b * sc + (size_t)m * N;
             if (TB) {       // B is (N, K): each output is a dot product of two rows
                 for (int n = 0; n < N; n++) {
-                    const T* b = B + (size_t)n * K;
+                    const T* bn = Bb + (size_t)n * K;
                     double s = 0;
-                    if (TA) for (int k = 0; k < K; k++) s += (double)A[(size_t)k * M + m] * b[k];
+                    if (TA) for (int k = 0; k < K; k++) s += (double)Ab[(size_t)k * M + m] * bn[k];
                     else {
-                        const T* a = A + (size_t)m * K;
+                        const T* a = Ab + (size_t)m * K;
 #pragma omp simd reduction(+ : s)
-                        for (int k = 0; k < K; k++) s += (double)a[k] * b[k];
+                        for (int k = 0; k < K; k++) s += (double)a[k] * bn[k];
                     }
-                    c[n] = (T)s;
+                    c[n] = ep(b, m, n, (T)s);
                 }
             } else {        // B is (K, N): accumulate scaled rows of B
                 for (int n = 0; n < N; n++) acc[n] = 0;
                 for (int k = 0; k < K; k++) {
-                    const double a = TA ? A[(size_t)k * M + m] : A[(size_t)m * K + k];
-                    const T* b = B + (size_t)k * N;
+                    const double a = TA ? Ab[(size_t)k * M + m] : Ab[(size_t)m * K + k];
+                    const T* bk = Bb + (size_t)k * N;
 #pragma omp simd
-                    for (int n = 0; n < N; n++) acc[n] += a * b[n];
+                    for (int n = 0; n < N; n++) acc[n] += a * bk[n];
                 }
-                for (int n = 0; n < N; n++) c[n] = (T)acc[n];
+                for (int n = 0; n < N; n++) c[n] = ep(b, m, n, (T)acc[n]);
             }
         }
     }

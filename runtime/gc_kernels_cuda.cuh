@@ -22,13 +22,23 @@ __device__ T gc_block_reduce(T v, T* shared) {
     return r;
 }
 
-// C (M, N) = op(A) @ op(B); op(A) is (M, K): A is (M, K), or (K, M) when TA. op(B) is (K, N): B is (K, N),
-// or (N, K) when TB. 64x64 tiles of C per block of 256 threads, 4x4 outputs per thread, K in steps of 16.
-template <typename T, bool TA, bool TB>
+// The GEMM epilogue that stores the product as it is (the generated code may pass others: the value an
+// epilogue returns for (b, m, n, acc) is what C[b][m, n] receives).
+struct gc_ep_store { template <typename T> GC_HD T operator()(int, int, int, T acc) const { return acc; } };
+
+// C[b] (M, N) = ep(b, m, n, op(A[b]) @ op(B[b])) for b < batch (blockIdx.z), A[b] = A + b * sa, likewise B and
+// C; op(A) is (M, K): A is (M, K), or (K, M) when TA. op(B) is (K, N): B is (K, N), or (N, K) when TB.
+// 64x64 tiles of C per block of 256 threads, 4x4 outputs per thread, K in steps of 16.
+template <typename T, bool TA, bool TB, class Ep>
 __global__ void __launch_bounds__(256) gc_gemm_kernel(const T* __restrict__ A, const T* __restrict__ B,
-                                                      T* __restrict__ C, int M, int N, int K) {
+                                                      T* __restrict__ C, int M, int N, int K, Ep ep,
+                                                      long long sa, long long sb, long long sc) {
     __shared__ T As[16][64 + 1];
     __shared__ T Bs[16][64 + 1];
+    const int batch = blockIdx.z;
+    A += batch * sa;
+    B += batch * sb;
+    C += batch * sc;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int m0 = blockIdx.y * 64, n0 = blockIdx.x * 64;
     T acc[4][4] = {};
@@ -62,14 +72,15 @@ __global__ void __launch_bounds__(256) gc_gemm_kernel(const T* __restrict__ A, c
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
-            if (m < M && n < N) C[(size_t)m * N + n] = acc[i][j];
+            if (m < M && n < N) C[(size_t)m * N + n] = ep(batch, m, n, acc[i][j]);
         }
 }
 
-template <typename T, bool TA, bool TB>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K) {
-    dim3 grid((N + 63) / 64, (M + 63) / 64);
-    gc_gemm_kernel<T, TA, TB><<<grid, 256>>>(A, B, C, M, N, K);
+template <typename T, bool TA, bool TB, class Ep = gc_ep_store>
+static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep = Ep(), int batch = 1,
+                   long long sa = 0, long long sb = 0, long long sc = 0) {
+    dim3 grid((N + 63) / 64, (M + 63) / 64, batch);
+    gc_gemm_kernel<T, TA, TB, Ep><<<grid, 256>>>(A, B, C, M, N, K, ep, sa, sb, sc);
     GC_LAUNCH_CHECK();
     return GC_OK;
 }

@@ -46,7 +46,8 @@ static void gc_usage(FILE* f, const char* argv0) {
         "by --scale (default 1/256). Initial parameters come from --load, else from %s next to the binary.\n"
         "--target-acc X stops after the first epoch whose validation accuracy is >= X and prints the time the\n"
         "training loop took and the time since the program started. --no-graph runs every kernel with a plain\n"
-        "launch instead of replaying captured CUDA graphs (the same results; for comparison).\n",
+        "launch instead of replaying captured CUDA graphs (the same results; for comparison).\n"
+        "--lr sets the base learning rate; a learning-rate schedule compiled into the program spans --epochs.\n",
         argv0, argv0, GC_PROGRAM_NAME, GC_SOURCE_NAME, GC_BATCH, GC_INIT_FILE_NAME);
 }
 
@@ -280,6 +281,14 @@ static void gc_progress(int64_t done, int64_t steps, long epoch, long epochs) {
 
 static double gc_started;   // gc_main's start: "since start" in the --target-acc report
 
+// Learning-rate schedules (gcompile/optim.py) read the int32 variable `total_steps`: this run's number of
+// training steps, epochs x steps per epoch. Programs without a schedule have no such variable.
+static int gc_set_total_steps(gc_model* m, int64_t total) {
+    if (!gc_find(gc_variables, GC_N_VARIABLES, "total_steps")) return GC_OK;
+    int32_t value = (int32_t)(total < 1 ? 1 : total > INT32_MAX ? INT32_MAX : total);
+    return gc_set_variable(m, "total_steps", &value, sizeof value);
+}
+
 static int gc_trainer(const char* argv0, const gc_options* o) {
     gc_loop L;
     memset(&L, 0, sizeof L);
@@ -333,6 +342,7 @@ static int gc_trainer(const char* argv0, const gc_options* o) {
         if (o->log && !(log = fopen(o->log, "a"))) { rc = gc_fail(GC_ERR_IO, "%s: cannot open: %s", o->log, strerror(errno)); goto done; }
         if (L.steps == 0) { rc = gc_fail(GC_ERR_FORMAT, "%s: %lld training examples, fewer than one batch of %d",
                                          o->data, (long long)L.train.count, GC_BATCH); goto done; }
+        if ((rc = gc_set_total_steps(m, (int64_t)o->epochs * L.steps))) goto done;
         int tty = isatty(fileno(stdout));
         m->state.rng = o->seed;
         double capture_start = gc_now();

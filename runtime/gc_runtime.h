@@ -17,6 +17,14 @@
 #define GC_CUDA 1
 #include <cuda_runtime.h>
 #endif
+// Functions that kernels of both targets call: host and device code on cuda, plain functions on the cpu.
+#ifndef GC_HD
+#ifdef __CUDACC__
+#define GC_HD __host__ __device__
+#else
+#define GC_HD
+#endif
+#endif
 
 enum {
     GC_OK = 0,

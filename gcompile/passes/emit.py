@@ -26,6 +26,7 @@ RUNTIME_KERNELS = {
     "cuda": ("gc_kernels_cuda.cuh", "generic CUDA kernels: GEMM, softmax, cross-entropy, batch gather"),
     "cpu": ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM, softmax, cross-entropy, batch gather"),
 }
+RUNTIME_CONV = ("gc_kernels_conv.h", "both targets: im2col/col2im, pooling and its gradient, Philox dropout masks")
 RUNTIME_TAIL = [
     ("gc_abi.h", "the C ABI: create/destroy, train_step, forward, variables, save/load, last error"),
     ("gc_main.h", "the training command line (train / eval) of the standalone binary"),
@@ -112,7 +113,7 @@ def emit(module, plan, kernels, target: str, build_command: str) -> str:
     context = {
         "version": __version__, "source": module.source, "name": module.name, "target": target,
         "build_command": build_command,
-        "runtime_head": runtime_parts(RUNTIME_HEAD + [RUNTIME_KERNELS[target]]),
+        "runtime_head": runtime_parts(RUNTIME_HEAD + [RUNTIME_KERNELS[target], RUNTIME_CONV]),
         "runtime_tail": runtime_parts(RUNTIME_TAIL),
         "arena_bytes": plan.arena_bytes, "persistent_bytes": plan.persistent_bytes,
         "lower_bound": plan.lower_bound, "naive_bytes": plan.naive_bytes, "layout": layout,

@@ -15,7 +15,9 @@ import numpy as np
 from ..errors import GCompileError
 from ..graph import Node
 from ..ops import get_op
+from ..ops.conv import windows_of
 from ..ops.elementwise import Elementwise
+from ..ops.random import dropout_threshold
 from .plan_memory import is_literal, storage_root
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "uint8": "uint8_t"}
@@ -198,11 +200,15 @@ class Lowering:
     # --- the rest -------------------------------------------------------------------------
     def lower_matmul(self, node: Node):
         a, b = node.inputs
-        m, n = node.shape
-        k = a.shape[0] if node.attrs["trans_a"] else a.shape[1]
+        m, n = node.shape[-2:]
+        k = a.shape[-2] if node.attrs["trans_a"] else a.shape[-1]
+        batch = node.shape[0] if node.ndim == 3 else 1
+        # a stack's matrices follow each other; a shared matrix (2-D, or a stack of one) has stride 0
+        sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
         return "matmul", {"a": self.pointer(a), "b": self.pointer(b), "c": self.pointer(node, const=False),
                           "m": m, "n": n, "k": k, "trans_a": int(node.attrs["trans_a"]),
-                          "trans_b": int(node.attrs["trans_b"]), "ctype": C_TYPES[node.dtype]}
+                          "trans_b": int(node.attrs["trans_b"]), "ctype": C_TYPES[node.dtype],
+                          "batch": batch, "sa": sa, "sb": sb, "sc": m * n}
 
     def softmax_like(self, node: Node, log: bool):
         (x,) = node.inputs
@@ -225,6 +231,56 @@ class Lowering:
             "logits": self.pointer(logits), "labels": self.pointer(labels), "out": self.pointer(node, const=False),
             "batch": logits.shape[0], "classes": logits.shape[1], "ctype": C_TYPES[node.dtype],
             "label_ctype": C_TYPES[labels.dtype]}
+
+    # --- convolutional networks: one gather per output element (runtime/gc_kernels_conv.h) ------------
+    def window(self, node: Node, image_shape) -> str:
+        """The gc_window literal of a window op over images of `image_shape` (N, C, H, W)."""
+        n, c, h, w = image_shape
+        (kh, kw), s, p = node.attrs["kernel"], node.attrs["stride"], node.attrs["padding"]
+        oh, ow = windows_of(h, kh, s, p), windows_of(w, kw, s, p)
+        return f"gc_window{{{n}, {c}, {h}, {w}, {kh}, {kw}, {oh}, {ow}, {s}, {p}}}"
+
+    def lower_im2col(self, node: Node):
+        (x,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_im2col_at<{ctype}>({self.pointer(x)}, {self.window(node, x.shape)}, i)")
+
+    def lower_col2im(self, node: Node):
+        (cols,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_col2im_at<{ctype}>({self.pointer(cols)}, "
+                                     f"{self.window(node, node.shape)}, i)")
+
+    def pool(self, node: Node, is_max: bool):
+        (x,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_at<{ctype}, {str(is_max).lower()}>({self.pointer(x)}, "
+                                     f"{self.window(node, x.shape)}, i)")
+
+    def lower_max_pool2d(self, node):
+        return self.pool(node, True)
+
+    def lower_avg_pool2d(self, node):
+        return self.pool(node, False)
+
+    def lower_max_pool2d_grad(self, node: Node):
+        x, g = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_grad_at<{ctype}, true>({self.pointer(x)}, {self.pointer(g)}, "
+                                     f"{self.window(node, x.shape)}, i)")
+
+    def lower_avg_pool2d_grad(self, node: Node):
+        (g,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_grad_at<{ctype}, false>(({ctype}*)0, {self.pointer(g)}, "
+                                     f"{self.window(node, node.shape)}, i)")
+
+    def lower_dropout_mask(self, node: Node):
+        (step,) = node.inputs
+        rate, seed = node.attrs["rate"], node.attrs["seed"]
+        keep = c_literal(1.0 / (1.0 - rate), node.dtype)  # the literal rounds as numpy's dtype.type() does
+        return self.map_kernel(node, f"gc_dropout_mask_at<{C_TYPES[node.dtype]}>(i, {self.operand(step, '0')}, "
+                                     f"{seed}ull, {dropout_threshold(rate)}u, {keep})")
 
 
 def lower(schedules: dict[str, list[Node]], plan) -> dict[str, list[Kernel]]:
