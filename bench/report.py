@@ -1,0 +1,149 @@
+"""What a bench run produces: rows of measurements, one printed table, one JSON file.
+
+A row is a plain dict (JSON as it is). Every measurement is optional: a row that could not be measured
+carries `skipped` with the reason, and the table prints it. Times are seconds in the rows and in the JSON;
+the table shows per-step times in microseconds.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SECTIONS = ("mnist", "conv", "eltwise", "gemm")
+
+
+def row(section: str, model: str, batch, impl: str, **fields) -> dict:
+    return dict(section=section, model=model, batch=batch, impl=impl, **fields)
+
+
+def skipped(section: str, model: str, batch, impl: str, reason: str, **fields) -> dict:
+    print(f"  skip {model} b{batch} {impl}: {reason}", flush=True)
+    return row(section, model, batch, impl, skipped=reason, **fields)
+
+
+def step_stats(seconds_per_step) -> dict:
+    """Median and spread (10th and 90th percentile) of per-step times, one value per timed window."""
+    t = np.asarray(seconds_per_step, dtype=np.float64)
+    return {"step_s": float(np.median(t)), "p10_s": float(np.percentile(t, 10)),
+            "p90_s": float(np.percentile(t, 90)), "windows": int(t.size)}
+
+
+def add_ratios(rows: list) -> None:
+    """peer_over_gc = the row's per-step time / gcompile's fp32 per-step time for the same model and batch
+    (> 1: gcompile is faster). gcompile rows of another precision get the same ratio against fp32."""
+    base = {(r["model"], r["batch"]): r["step_s"] for r in rows
+            if r["impl"] == "gcompile" and r.get("precision") == "fp32" and r.get("step_s")}
+    for r in rows:
+        ref = base.get((r["model"], r["batch"]))
+        if ref and r.get("step_s") and not (r["impl"] == "gcompile" and r.get("precision") == "fp32"):
+            r["peer_over_gc"] = r["step_s"] / ref
+
+
+def _fmt(value, scale=1.0, digits=1, suffix=""):
+    if value is None:
+        return "-"
+    v = value * scale
+    return f"{v:.{digits}f}{suffix}" if abs(v) < 10 ** 7 else f"{v:.3g}{suffix}"
+
+
+COLUMNS = [  # header, width, how to print a row's cell
+    ("model", 18, lambda r: f"{r['model']}" + (f" b{r['batch']}" if r.get("batch") else "")),
+    ("impl", 18, lambda r: r["impl"]),
+    ("prec", 5, lambda r: r.get("precision") or "-"),
+    ("step us", 9, lambda r: _fmt(r.get("step_s"), 1e6, 1 if (r.get("step_s") or 1) < 1e-3 else 0)),
+    ("p10-p90 us", 15, lambda r: "-" if r.get("p10_s") is None else
+        f"{_fmt(r['p10_s'], 1e6)}-{_fmt(r['p90_s'], 1e6)}"),
+    ("peer/gc", 7, lambda r: _fmt(r.get("peer_over_gc"), 1, 2, "x")),
+    ("to-acc s", 13, lambda r: "-" if r.get("tta_s") is None and r.get("tta_epochs") is None else
+        (f"{_fmt(r.get('tta_s'), 1, 3)} ({r.get('tta_epochs')}ep)" if r.get("tta_s") is not None else
+         f"no ({r.get('tta_epochs')}ep)")),
+    ("start->acc s", 12, lambda r: _fmt(r.get("start_to_target_s"), 1, 3)),
+    ("compile s", 13, lambda r: "-" if r.get("compile_cold_s") is None else
+        f"{_fmt(r['compile_cold_s'], 1, 2)}/{_fmt(r.get('compile_cached_s'), 1, 3)}"),
+    ("mem MB", 8, lambda r: _fmt(r.get("mem_bytes"), 1e-6, 2)),
+    ("kernels", 7, lambda r: "-" if r.get("kernels") is None else str(r["kernels"])),
+    ("note", 0, lambda r: ("SKIPPED: " + r["skipped"]) if r.get("skipped") else (r.get("note") or "")),
+]
+
+
+def format_table(rows: list) -> str:
+    """One table over every section; a section's rows follow its title line."""
+    def line(cells):
+        return " | ".join(c.ljust(w) if w else c for c, (_, w, _f) in zip(cells, COLUMNS)).rstrip()
+    out = [line([h for h, _, _ in COLUMNS])]
+    out.append("-" * len(out[0]))
+    for section in SECTIONS + tuple(sorted({r["section"] for r in rows} - set(SECTIONS))):
+        members = [r for r in rows if r["section"] == section]
+        if not members:
+            continue
+        out.append(f"[{section}]")
+        out += [line([f(r) for _, _, f in COLUMNS]) for r in members]
+    return "\n".join(out)
+
+
+LEGEND = """\
+step us: per-step time (forward + backward + update; eltwise: one evaluation), median over timed windows
+  after warm-up, p10-p90 their spread. peer/gc: this row's step / gcompile fp32 step (> 1: gcompile faster).
+to-acc s: training-loop seconds until validation accuracy >= target (MLP 0.97, logreg 0.92; batch 128,
+  lr 0.1, shuffled, plain SGD), checked after every epoch; evaluation time excluded for every impl.
+start->acc s: gcompile binary, process start to the epoch line that reaches the target.
+compile s: cold / cached. mem MB: device memory one step needs beyond parameters and data.
+kernels: kernel launches per training step (gcompile: manifest; torch: profiler; JAX: HLO estimate)."""
+
+
+def _run(cmd) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def git_commit(root: Path) -> str:
+    """The commit the bench ran at: $GCOMPILE_COMMIT (the Makefile passes it; the GPU machine's copy of the
+    tree has no .git), else git, else 'unknown'. A dirty tree gets '-dirty'."""
+    commit = os.environ.get("GCOMPILE_COMMIT", "").strip()
+    if commit:
+        return commit
+    commit = _run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"])
+    if commit and _run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"]):
+        commit += "-dirty"
+    return commit or "unknown"
+
+
+def environment(root: Path, device: str) -> dict:
+    """GPU, commit, date and the versions of everything measured. torch/jax versions are filled by the
+    peers that import them (an import here would cost seconds when they are skipped)."""
+    gpu = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
+    nvcc = _run(["nvcc", "--version"]).splitlines()
+    import gcompile
+    return {
+        "gpu": gpu.split(",")[0].strip() if device == "cuda" and gpu else f"cpu ({platform.processor() or platform.machine()})",
+        "nvidia_smi": gpu or None,
+        "commit": git_commit(root),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "versions": {"python": sys.version.split()[0], "numpy": np.__version__, "gcompile": gcompile.__version__,
+                     "nvcc": nvcc[-2].strip() if len(nvcc) >= 2 else None},
+    }
+
+
+def results_name(meta: dict) -> str:
+    gpu = re.sub(r"[^A-Za-z0-9]+", "-", meta["gpu"]).strip("-").lower()
+    return f"{gpu}-{meta['commit']}.json"
+
+
+def write_json(results: dict, out_dir) -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / results_name(results["meta"])
+    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return path

@@ -1,0 +1,264 @@
+"""`make bench`: gcompile against PyTorch and JAX in one run; one table, JSON (and a PNG) in bench/results/.
+
+    python3 -m bench.run [--quick] [--only mnist,conv,eltwise,gemm] [--device cuda|cpu] [--data DIR]
+                         [--fashion DIR] [--impls gcompile,torch-eager,...] [--results-dir DIR]
+
+Sections: mnist (logreg and MLP at batch 128 and 1000: gcompile fp32/tf32, PyTorch eager, torch.compile,
+PyTorch CUDA graph, JAX jit step, JAX scanned epoch; time to accuracy at batch 128), conv (LeNet and
+ResNet-14 at batch 128: gcompile vs PyTorch eager and CUDA graph), eltwise (a fused elementwise chain on
+256 MB vs a device copy), gemm (bench/gemm_bench.py's run(), when that file exists). A missing peer or
+example is a row that says why it was skipped. torch.compile runs last, while the time budget allows.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import shutil
+import sys
+import traceback
+from pathlib import Path
+
+from gcompile.build import detect_arch
+from gcompile.data import default_data_dir
+from gcompile.errors import GCompileError
+
+from . import gc_side, jax_peers, torch_peers
+from .report import LEGEND, SECTIONS, add_ratios, environment, format_table, row, skipped, write_json
+from .tasks import RECIPE_BATCH, ROOT, TARGETS, Dataset, Task, load_example, make_program
+from .timing import Budget, Settings
+
+IMPL_ORDER = ("gcompile", "torch-eager", "torch-compile", "torch-graph", "jax-jit", "jax-scan", "torch copy_")
+ELTWISE_BYTES = {"cuda": 256 << 20, "cpu": 32 << 20}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python3 -m bench.run", description=__doc__.strip().splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer windows and epochs (a smoke test, not results)")
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {','.join(SECTIONS)}")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                   help="default: cuda when nvidia-smi sees a GPU (gcompile target and peers follow)")
+    p.add_argument("--data", default=None, help=f"MNIST folder (default {default_data_dir('mnist')})")
+    p.add_argument("--fashion", default=None, help=f"Fashion-MNIST folder for ResNet-14 "
+                                                    f"(default {default_data_dir('fashion-mnist')})")
+    p.add_argument("--impls", default=",".join(IMPL_ORDER), help="comma-separated implementations to run")
+    p.add_argument("--batches", default="128,1000", help="batch sizes of the mnist section")
+    p.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
+    p.add_argument("--work-dir", default=str(ROOT / "build" / "bench"), help="builds and caches (emptied first)")
+    p.add_argument("--budget-s", type=float, default=450, help="optional work is skipped past this (seconds)")
+    p.add_argument("--no-plot", action="store_true")
+    args = p.parse_args(argv)
+    args.only = [s for s in args.only.split(",") if s]
+    unknown = set(args.only) - set(SECTIONS)
+    if unknown:
+        p.error(f"--only: unknown section(s) {sorted(unknown)}; choose from {list(SECTIONS)}")
+    args.impls = set(args.impls.split(","))
+    args.batches = [int(b) for b in args.batches.split(",")]
+    if args.device is None:
+        args.device = "cuda" if detect_arch() else "cpu"
+    return args
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.settings = Settings(args.quick)
+        self.budget = Budget(args.budget_s)
+        self.target = args.device  # gcompile's target is named like the device
+        self.work = Path(args.work_dir)
+        self.rows, self.deferred, self.extra = [], [], {}
+
+    def wanted(self, impls):
+        return [i for i in impls if i in self.args.impls]
+
+    def gcompile(self, task, precision, with_accuracy):
+        if "gcompile" not in self.args.impls:
+            return
+        try:
+            self.rows.append(gc_side.gcompile_row(task, self.target, precision, self.settings, self.work,
+                                                  with_accuracy))
+        except Exception as e:  # a build or run failure is a result to report, not the end of the benchmark
+            traceback.print_exc()
+            self.rows.append(skipped(task.section, task.model, task.batch, "gcompile",
+                                     f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+                                     precision=precision))
+
+    def peers(self, task, impls, precision, with_accuracy):
+        kw = dict(settings=self.settings, budget=self.budget, device=self.args.device, with_accuracy=with_accuracy)
+        torch_impls = self.wanted([i for i in impls if i.startswith("torch")])
+        jax_impls = self.wanted([i for i in impls if i.startswith("jax")])
+        if torch_impls:
+            self.rows += torch_peers.torch_rows(task, torch_impls, precision, **kw)
+        if jax_impls:
+            self.rows += jax_peers.jax_rows(task, jax_impls, precision, **kw)
+
+    def mnist(self):
+        data = self.dataset(self.args.data or default_data_dir("mnist"), "mnist")
+        for model in ("mnist_logreg", "mnist_mlp"):
+            example = load_example(model)
+            for batch in self.args.batches:
+                if data is None:
+                    self.rows.append(skipped("mnist", model, batch, "all", self.extra["mnist_data"]))
+                    continue
+                task = Task(model, batch, make_program(example, batch), data, "mnist", TARGETS[model])
+                recipe = batch == RECIPE_BATCH
+                print(f"== {model} batch {batch}", flush=True)
+                self.gcompile(task, "fp32", recipe)
+                self.gcompile(task, "tf32", False)
+                self.peers(task, ("torch-eager", "torch-graph", "jax-jit", "jax-scan"), "fp32", recipe)
+                if model == "mnist_mlp":  # the fastest peers with tensor cores, for the tf32 comparison
+                    self.peers(task, ("torch-graph", "jax-scan"), "tf32", False)
+                self.deferred.append((task, recipe))
+
+    def torch_compile(self):
+        """torch.compile last: its compile time is the largest and least important cost of the run."""
+        for task, recipe in sorted(self.deferred, key=lambda d: d[0].batch):
+            print(f"== {task.model} batch {task.batch}: torch.compile", flush=True)
+            self.peers(task, ("torch-compile",), "fp32", recipe)
+
+    def conv(self):
+        mnist = self.dataset(self.args.data or default_data_dir("mnist"), "mnist")
+        fashion = self.dataset(self.args.fashion or default_data_dir("fashion-mnist"), "fashion")
+        for model, data, note in (("mnist_lenet", mnist, ""),
+                                  ("resnet14", fashion or mnist, "" if fashion else
+                                   f"Fashion-MNIST missing ({self.extra.get('fashion_data')}): timed on MNIST")):
+            example = load_example(model)
+            reason = (f"examples/{model}.py is not in this tree (helper conv)" if example is None else
+                      None if data is not None else self.extra.get("mnist_data"))
+            if reason:
+                for impl in self.wanted(("gcompile", "torch-eager", "torch-graph")):
+                    self.rows.append(skipped("conv", model, RECIPE_BATCH, impl, reason))
+                continue
+            print(f"== {model} batch {RECIPE_BATCH}", flush=True)
+            task = Task(model, RECIPE_BATCH, make_program(example, RECIPE_BATCH), data, "conv")
+            first = len(self.rows)
+            self.gcompile(task, "fp32", False)
+            self.peers(task, ("torch-eager", "torch-graph"), "fp32", False)
+            for r in self.rows[first:]:
+                r["note"] = "; ".join(x for x in (r.get("note"), note) if x)
+
+    def eltwise(self):
+        n = ELTWISE_BYTES[self.args.device] // 4
+        name = f"eltwise {n * 4 >> 20}MB"
+        print(f"== {name}", flush=True)
+        gc_row = None
+        if "gcompile" in self.args.impls:
+            try:
+                gc_row = gc_side.eltwise_row(n, self.target, self.settings, self.work)
+            except Exception as e:
+                traceback.print_exc()
+                gc_row = skipped("eltwise", name, None, "gcompile", f"{type(e).__name__}: {str(e)[:200]}")
+            self.rows.append(gc_row)
+        copy = torch_peers.copy_row(name, n, self.settings, self.args.device)
+        self.rows.append(copy)
+        if gc_row and gc_row.get("bandwidth_Bps") and copy.get("bandwidth_Bps"):
+            gc_row["fraction_of_copy"] = gc_row["bandwidth_Bps"] / copy["bandwidth_Bps"]
+            gc_row["note"] = "; ".join(x for x in (gc_row.get("note"), (
+                f"{100 * gc_row['fraction_of_copy']:.1f}% of copy bandwidth ({gc_row['bandwidth_Bps'] / 1e9:.0f} "
+                f"vs {copy['bandwidth_Bps'] / 1e9:.0f} GB/s, bytes read + written)")) if x)
+
+    def gemm(self):
+        path = ROOT / "bench" / "gemm_bench.py"
+        if not path.exists():
+            self.rows.append(skipped("gemm", "gemm_bench", None, "-", "bench/gemm_bench.py is not in this tree "
+                                                                      "(helper gemm)"))
+            return
+        reason = self.budget.allows(60)
+        if reason:
+            self.rows.append(skipped("gemm", "gemm_bench", None, "-", reason))
+            return
+        print("== gemm micro-benchmark (bench/gemm_bench.py)", flush=True)
+        try:
+            from . import gemm_bench
+            params = inspect.signature(gemm_bench.run).parameters
+            kwargs = {k: v for k, v in (("quick", self.args.quick), ("device", self.args.device)) if k in params}
+            result = gemm_bench.run(**kwargs)
+        except Exception as e:
+            traceback.print_exc()
+            self.rows.append(skipped("gemm", "gemm_bench", None, "-", f"{type(e).__name__}: {str(e)[:200]}"))
+            return
+        self.extra["gemm"] = result
+        self.rows += gemm_rows(result)
+
+    def dataset(self, path, key):
+        try:
+            return Dataset.load(path)
+        except (GCompileError, OSError) as e:
+            self.extra[f"{key}_data"] = str(e)
+            return None
+
+
+def gemm_rows(result) -> list:
+    """gemm_bench.run()'s result as table rows: each dict of a list becomes a row (name/impl/seconds or
+    step_s are its cells, everything else its note); anything else stays in the JSON only."""
+    rows = []
+    for entry in result if isinstance(result, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        known = {"name", "shape", "impl", "seconds", "step_s", "precision"}
+        rest = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in entry.items() if k not in known)
+        rows.append(row("gemm", str(entry.get("name") or entry.get("shape") or "gemm"), None,
+                        str(entry.get("impl", "gemm")), precision=entry.get("precision"),
+                        step_s=entry.get("step_s") or entry.get("seconds"), note=rest))
+    return rows
+
+
+def sort_rows(rows: list) -> list:
+    first_seen = {}
+    for r in rows:
+        first_seen.setdefault((r["section"], r["model"], r["batch"]), len(first_seen))
+
+    def key(r):
+        impl = IMPL_ORDER.index(r["impl"]) if r["impl"] in IMPL_ORDER else len(IMPL_ORDER)
+        return (SECTIONS.index(r["section"]) if r["section"] in SECTIONS else len(SECTIONS),
+                first_seen[(r["section"], r["model"], r["batch"])], impl, r.get("precision") or "")
+    return sorted(rows, key=key)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with PyTorch
+    if args.device == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    work = Path(args.work_dir)
+    shutil.rmtree(work, ignore_errors=True)  # cold builds start from an empty folder
+    work.mkdir(parents=True)
+    meta = environment(ROOT, args.device)
+    meta["args"] = {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items()}
+    print(f"bench: {meta['gpu']} at {meta['commit']}, sections {args.only}{' (quick)' if args.quick else ''}",
+          flush=True)
+    bench = Bench(args)
+    try:
+        import jax  # noqa: F401 - only to configure its compilation cache before anything compiles
+        jax_peers.setup(work / "jax-cache")
+    except ImportError:
+        pass
+    for section in args.only:
+        getattr(bench, section)()
+    if "mnist" in args.only:
+        bench.torch_compile()
+    rows = sort_rows(bench.rows)
+    add_ratios(rows)
+    for name, module in (("torch", torch_peers), ("jax", jax_peers)):
+        if name in sys.modules:
+            meta["versions"].update(module.versions())
+    meta["elapsed_s"] = bench.budget.elapsed()
+    meta["methodology"] = LEGEND
+    results = {"meta": meta, "rows": rows, "extra": bench.extra}
+    print()
+    print(format_table(rows))
+    print(LEGEND)
+    path = write_json(results, args.results_dir)
+    print(f"wrote {path} ({meta['elapsed_s']:.0f} s)")
+    if not args.no_plot:
+        try:
+            from .plot import plot
+            print(f"wrote {plot(results, path.with_suffix('.png'))}")
+        except ImportError as e:
+            print(f"no PNG ({e}): run `python3 bench/plot.py {path}` where matplotlib is installed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
