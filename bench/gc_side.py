@@ -137,6 +137,9 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
         run = run_binary(artifact, task.data.path, 2 if settings.quick else 3, task.batch, len(task.data.train_y),
                          None, timeout=120)
         per_step = [e["train_s"] / (len(task.data.train_y) // task.batch) for e in run["epochs"]]
+        if not per_step:
+            return skipped(task.section, name, task.batch, "gcompile", "no Model.time_steps, and the binary "
+                           f"finished no epoch in 120 s: {' / '.join(run['stdout_tail'])}", **fields)
         fields.update(step_s=float(np.median(per_step)), p10_s=min(per_step), p90_s=max(per_step),
                       windows=len(per_step), timing="binary epoch log (train seconds / steps)")
         notes.append("no Model.time_steps: step = binary's epoch train time / steps")

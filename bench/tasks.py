@@ -35,12 +35,9 @@ def load_example(name: str):
     return module
 
 
-def make_program(example, batch: int) -> gc.Program:
-    """The example's program at this batch size with lr 0.1 where its program() takes an lr."""
-    try:
-        return example.program(batch_size=batch, lr=LR)
-    except TypeError:
-        return example.program(batch_size=batch)
+def make_program(example, batch: int, lr: float | None = None) -> gc.Program:
+    """The example's program at this batch size (and learning rate, when given): its defaults otherwise."""
+    return example.program(batch_size=batch) if lr is None else example.program(batch_size=batch, lr=lr)
 
 
 def initial_values(program: gc.Program) -> dict:

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from gcompile.graph import topological_order
+
 from .tasks import Task, ops_of
 
 
@@ -44,7 +46,7 @@ def dense_net(init: dict) -> nn.Sequential:
 class LeNet(nn.Module):
     """LeNet-5 style: two (conv, activation, 2x2 pool) stages, then dense layers with the activation between."""
 
-    def __init__(self, convs, dense, paddings, act, pool, bn: bool, image=28):
+    def __init__(self, convs, dense, paddings, act, pool, bn: bool, image: int):
         super().__init__()
         layers, size = [], image
         for (o, i, k, _), p in zip(convs, paddings):
@@ -98,39 +100,52 @@ class ResNet14(nn.Module):
         return self.head(self.blocks(self.stem(x)).mean((2, 3)))
 
 
-def lenet_for(task: Task, init: dict, ops: set):
+def conv_paddings(program) -> list:
+    """Paddings of the program's convolutions in forward order (conv2d nodes, or the im2col windows a
+    conv2d is lowered to)."""
+    forward = topological_order(list(program.outputs.values()))
+    return [n.attrs["padding"] for n in forward if n.op in ("conv2d", "im2col") and "padding" in n.attrs]
+
+
+def lenet_for(task: Task, init: dict, ops: set, image: int):
     convs = [v.shape for v in init.values() if v.ndim == 4]
     dense = [v.shape for v in init.values() if v.ndim == 2]
     act = nn.Tanh if "tanh" in ops and "relu" not in ops else nn.ReLU
     pool = nn.AvgPool2d if "avg_pool2d" in ops and "max_pool2d" not in ops else nn.MaxPool2d
-    bn = "batch_norm" in ops
-    for paddings in itertools.product(range(3), repeat=len(convs)):
-        model = LeNet(convs, dense, paddings, act, pool, bn, image=task.input_shape[-1])
+    # the program's own paddings first (its convolutions' window nodes, in layer order), then any that fit
+    hint = [tuple(conv_paddings(task.program))] if len(conv_paddings(task.program)) == len(convs) else []
+    for bn, paddings in itertools.product((False, True), hint + list(itertools.product(range(3), repeat=len(convs)))):
+        model = LeNet(convs, dense, paddings, act, pool, bn, image)
         if dense and model.flat == dense[0][0] and same_parameters(model, init):
-            return model, f"LeNet paddings {paddings}, {act.__name__}, {pool.__name__}, bn={bn}"
+            return model, f"LeNet paddings {paddings}, {act.__name__}, {pool.__name__}, batch norm {bn}"
     return None, f"no LeNet layout matches the program's parameters {sorted(map(tuple, convs + dense))}"
 
 
-def resnet_for(task: Task, init: dict, ops: set):
-    bn = "batch_norm" in ops
-    for bias in (not bn, bn):
-        model = ResNet14(bn, bias, in_channels=task.input_shape[0])
+def resnet_for(task: Task, init: dict, ops: set, channels: int):
+    for bn, bias in ((True, False), (False, True), (True, True), (False, False)):
+        model = ResNet14(bn, bias, in_channels=channels)
         if same_parameters(model, init):
-            return model, f"ResNet-14 bn={bn} conv bias={bias}"
-    return None, "no ResNet-14 layout (bn, conv bias) matches the program's parameters"
+            return model, f"ResNet-14, batch norm {bn}, conv bias {bias}"
+    return None, "no ResNet-14 layout (batch norm, conv bias) matches the program's parameters"
 
 
 def twin(task: Task):
-    """(nn.Module on the host, description) for the task's program, or (None, reason)."""
+    """(nn.Module on the host, description) for the task's program, or (None, reason). A program that
+    takes flat images gets an nn.Unflatten in front, as it reshapes them itself."""
     init = task.init
     if task.model in ("mnist_logreg", "mnist_mlp"):
         return dense_net(init), "nn.Linear stack with the program's initial values"
-    ops = ops_of(task.program)
+    flat = len(task.input_shape) == 1
+    image = (1, *task.data.image_shape) if flat else task.input_shape
     if task.model == "mnist_lenet":
-        return lenet_for(task, init, ops)
-    if task.model == "resnet14":
-        return resnet_for(task, init, ops)
-    return None, f"no PyTorch twin for {task.model}"
+        model, arch = lenet_for(task, init, ops_of(task.program), image[-1])
+    elif task.model == "resnet14":
+        model, arch = resnet_for(task, init, ops_of(task.program), image[0])
+    else:
+        return None, f"no PyTorch twin for {task.model}"
+    if model is not None and flat:
+        model = nn.Sequential(nn.Unflatten(1, image), model)
+    return model, arch
 
 
 def optimizer_for(task: Task, params, capturable: bool):
