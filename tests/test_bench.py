@@ -117,6 +117,9 @@ def test_binary_epoch_log_gives_time_to_accuracy():
     fields = bench.gc_side.accuracy_fields(run, 0.97)
     assert fields == {"tta_s": pytest.approx(0.022), "tta_epochs": 2, "tta_acc": 0.972, "start_to_target_s": 0.45}
     assert bench.gc_side.accuracy_fields(run, 0.99)["tta_s"] is None
+    run["target_line"] = {"target_acc": 0.97, "epoch": 2, "train_seconds": 0.0215, "since_start_seconds": 0.41}
+    fields = bench.gc_side.accuracy_fields(run, 0.97)
+    assert fields["tta_s"] == 0.0215 and fields["binary_since_start_s"] == 0.41 and fields["start_to_target_s"] == 0.45
     line = "epoch 2/30  loss 0.1234 (mean 0.2000)  val_acc 0.9720  1234567 examples/s  0.050 s"
     assert bench.gc_side.EPOCH_LINE.search(line).groups() == ("2", "0.9720")
 
@@ -190,3 +193,34 @@ def test_plot_writes_a_png(tmp_path):
     results = {"meta": {"gpu": "fake", "commit": "abc", "date": "2026-11-22"}, "rows": fake_rows()}
     path = plot(results, tmp_path / "chart.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+FAKE_BINARY = """#!{python}
+import json, sys
+args = sys.argv[1:]
+if args == ["--help"]:
+    print("usage: ... [--target-acc X]")
+    sys.exit(0)
+log = args[args.index("--log") + 1]
+assert args[:1] == ["train"] and args[args.index("--target-acc") + 1] == "0.97"
+print("training fake: 50000 examples, batch 128, 390 steps per epoch, cuda", flush=True)
+with open(log, "a") as f:
+    for epoch, acc in ((1, 0.95), (2, 0.975)):
+        print(f"epoch {{epoch}}/30  loss 0.2 (mean 0.3)  val_acc {{acc:.4f}}  2496000 examples/s  0.030 s", flush=True)
+        f.write(json.dumps({{"epoch": epoch, "val_acc": acc, "examples_per_s": 2496000.0, "seconds": 0.03}}) + "\\n")
+    f.write(json.dumps({{"target_acc": 0.97, "epoch": 2, "train_seconds": 0.04, "since_start_seconds": 0.5}}) + "\\n")
+print("target val_acc 0.9700 reached at epoch 2", flush=True)
+"""
+
+
+def test_binary_run_reads_epoch_lines_and_the_log(tmp_path):
+    binary = tmp_path / "fake"
+    binary.write_text(FAKE_BINARY.format(python=sys.executable))
+    binary.chmod(0o755)
+    artifact = type("Artifact", (), {"binary": str(binary), "out_dir": str(tmp_path)})
+    run = bench.gc_side.run_binary(artifact, str(tmp_path), 30, 128, 50000, 0.97, timeout=60)
+    assert [e["epoch"] for e in run["epochs"]] == [1, 2] and run["target_line"]["epoch"] == 2
+    assert run["epochs"][0]["train_s"] == pytest.approx(390 * 128 / 2496000.0)
+    assert "--target-acc" in run["command"]
+    fields = bench.gc_side.accuracy_fields(run, 0.97)
+    assert fields["tta_epochs"] == 2 and fields["tta_s"] == 0.04 and 0 < fields["start_to_target_s"] < 60
