@@ -136,7 +136,7 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
     notes = []
     with gc.load(artifact) as model:
         xb, yb = task.batch0()
-        note = check_loss(model.train_step(xb, yb), task.reference_loss(), precision)
+        note = check_loss(model.train_step(xb, yb), task.reference_loss, precision)
         notes += [note] if note else []
         if hasattr(model, "time_steps"):
             fields.update(time_windows(lambda n: model.time_steps(n), settings))

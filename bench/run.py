@@ -216,6 +216,18 @@ def sort_rows(rows: list) -> list:
     return sorted(rows, key=key)
 
 
+def save(bench: Bench, meta: dict, args, complete: bool):
+    """Write the JSON with every row measured so far; (results, path)."""
+    rows = sort_rows(bench.rows)
+    add_ratios(rows)
+    for name, module in (("torch", torch_peers), ("jax", jax_peers)):
+        if name in sys.modules:
+            meta["versions"].update(module.versions())
+    meta.update(elapsed_s=bench.budget.elapsed(), complete=complete, methodology=LEGEND)
+    results = {"meta": meta, "rows": rows, "extra": bench.extra}
+    return results, write_json(results, args.results_dir)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with PyTorch
@@ -236,20 +248,13 @@ def main(argv=None) -> int:
         pass
     for section in args.only:
         getattr(bench, section)()
+        save(bench, meta, args, complete=False)  # a run stopped by a time limit keeps what it measured
     if "mnist" in args.only:
         bench.torch_compile()
-    rows = sort_rows(bench.rows)
-    add_ratios(rows)
-    for name, module in (("torch", torch_peers), ("jax", jax_peers)):
-        if name in sys.modules:
-            meta["versions"].update(module.versions())
-    meta["elapsed_s"] = bench.budget.elapsed()
-    meta["methodology"] = LEGEND
-    results = {"meta": meta, "rows": rows, "extra": bench.extra}
+    results, path = save(bench, meta, args, complete=True)
     print()
-    print(format_table(rows))
+    print(format_table(results["rows"]))
     print(LEGEND)
-    path = write_json(results, args.results_dir)
     print(f"wrote {path} ({meta['elapsed_s']:.0f} s)")
     if not args.no_plot:
         try:

@@ -99,6 +99,7 @@ class Task:
         x = self.data.train_x[:self.batch].reshape((self.batch,) + self.input_shape)
         return np.ascontiguousarray(x), self.data.train_y[:self.batch].copy()
 
+    @functools.cached_property
     def reference_loss(self) -> float | None:
         """The loss of the first step on batch0, from the numpy reference executor (dense models only:
         the numpy convolution is too slow to sit in the benchmark)."""

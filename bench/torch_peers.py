@@ -211,7 +211,7 @@ def torch_row(torch, task, impl, precision, mode, settings, budget, device, with
         base = torch.cuda.memory_allocated()
     made = make_step(torch, impl, model, opt, X, Y, task.batch, device, sync)
     step = made["step"]
-    notes = [n for n in [check_loss(made["loss0"], task.reference_loss(), precision)] if n]
+    notes = [n for n in [check_loss(made["loss0"], task.reference_loss, precision)] if n]
     fields = dict(precision=precision, matmul_mode=mode, architecture=arch)
     if "compile_s" in made:
         fields["compile_cold_s"] = made["compile_s"]
