@@ -99,6 +99,63 @@ compile s: cold / cached. mem MB: device memory one step needs beyond parameters
 kernels: kernel launches per training step (gcompile: manifest; torch: profiler; JAX: HLO estimate)."""
 
 
+# The targets of issue 4 (shared/performance.md) and issue 5, checked on the rows of one run:
+# (label, (model, batch, impl, precision), what, limit, unit scale, unit). what is a row field, or
+# "ratio:<impl>" (that impl's step / this row's step, same model, batch and precision fp32), for which the
+# limit is a minimum; every other limit is a maximum.
+TARGETS = [
+    ("MLP step, batch 128, fp32", ("mnist_mlp", 128, "gcompile", "fp32"), "step_s", 15e-6, 1e6, "us"),
+    ("MLP step, batch 1000, fp32", ("mnist_mlp", 1000, "gcompile", "fp32"), "step_s", 40e-6, 1e6, "us"),
+    ("MLP step, batch 1000, tf32", ("mnist_mlp", 1000, "gcompile", "tf32"), "step_s", 20e-6, 1e6, "us"),
+    ("logreg step, batch 128, fp32", ("mnist_logreg", 128, "gcompile", "fp32"), "step_s", 8e-6, 1e6, "us"),
+    ("MLP b128: JAX scan fp32 / gcompile", ("mnist_mlp", 128, "gcompile", "fp32"), "ratio:jax-scan", 2.5, 1, "x"),
+    ("MLP b1000: JAX scan fp32 / gcompile", ("mnist_mlp", 1000, "gcompile", "fp32"), "ratio:jax-scan", 2.5, 1, "x"),
+    ("MLP b128: PyTorch CUDA graph / gcompile", ("mnist_mlp", 128, "gcompile", "fp32"), "ratio:torch-graph", 4.0, 1,
+     "x"),
+    ("MLP time to 97% (training loop)", ("mnist_mlp", 128, "gcompile", "fp32"), "tta_s", 0.040, 1e3, "ms"),
+    ("MLP process start to 97% printed", ("mnist_mlp", 128, "gcompile", "fp32"), "start_to_target_s", 1.0, 1, "s"),
+    ("MLP compile, cold", ("mnist_mlp", 128, "gcompile", "fp32"), "compile_cold_s", 3.0, 1, "s"),
+    ("MLP compile, cached", ("mnist_mlp", 128, "gcompile", "fp32"), "compile_cached_s", 0.2, 1, "s"),
+    ("MLP b1000 memory beyond params", ("mnist_mlp", 1000, "gcompile", "fp32"), "mem_bytes", 4e6, 1e-6, "MB"),
+    ("LeNet: gcompile / PyTorch CUDA graph", ("mnist_lenet", 128, "gcompile", "fp32"), "over:torch-graph", 1.0, 1, "x"),
+    ("ResNet-14: gcompile / PyTorch CUDA graph", ("resnet14", 128, "gcompile", "fp32"), "over:torch-graph", 1.0, 1,
+     "x"),
+]
+
+
+def check_targets(rows: list) -> list:
+    """[{label, value, limit, unit, ok}] for every target whose rows were measured in this run."""
+    def find(model, batch, impl, precision):
+        return next((r for r in rows if (r["model"], r["batch"], r["impl"], r.get("precision")) ==
+                     (model, batch, impl, precision) and r.get("step_s")), None)
+    out = []
+    for label, key, what, limit, scale, unit in TARGETS:
+        r = find(*key)
+        if r is None:
+            continue
+        kind, _, impl = what.partition(":")
+        other = find(key[0], key[1], impl, "fp32") if impl else None
+        if impl and other is None:
+            continue
+        if kind == "ratio":
+            value, ok = other["step_s"] / r["step_s"], other["step_s"] / r["step_s"] >= limit
+        elif kind == "over":
+            value, ok = r["step_s"] / other["step_s"], r["step_s"] / other["step_s"] <= limit
+        else:
+            value = r.get(what)
+            if value is None:
+                continue
+            ok = value <= limit
+        out.append({"label": label, "value": value * scale, "limit": limit * scale, "unit": unit,
+                    "ok": bool(ok), "kind": ">=" if kind == "ratio" else "<="})
+    return out
+
+
+def format_targets(checks: list) -> str:
+    return "\n".join(f"  {'ok  ' if c['ok'] else 'MISS'} {c['label']}: {c['value']:.3g} {c['unit']} "
+                     f"(target {c['kind']} {c['limit']:.3g} {c['unit']})" for c in checks)
+
+
 def _run(cmd) -> str:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)

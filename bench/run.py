@@ -24,7 +24,8 @@ from gcompile.data import default_data_dir
 from gcompile.errors import GCompileError
 
 from . import gc_side, jax_peers, torch_peers
-from .report import LEGEND, SECTIONS, add_ratios, environment, format_table, row, skipped, write_json
+from .report import (LEGEND, SECTIONS, add_ratios, check_targets, environment, format_table, format_targets, row,
+                     skipped, write_json)
 from .tasks import LR, RECIPE_BATCH, ROOT, TARGETS, Dataset, Task, load_example, make_program
 from .timing import Budget, Settings
 
@@ -224,7 +225,7 @@ def save(bench: Bench, meta: dict, args, complete: bool):
         if name in sys.modules:
             meta["versions"].update(module.versions())
     meta.update(elapsed_s=bench.budget.elapsed(), complete=complete, methodology=LEGEND)
-    results = {"meta": meta, "rows": rows, "extra": bench.extra}
+    results = {"meta": meta, "rows": rows, "targets": check_targets(rows), "extra": bench.extra}
     return results, write_json(results, args.results_dir)
 
 
@@ -255,6 +256,9 @@ def main(argv=None) -> int:
     print()
     print(format_table(results["rows"]))
     print(LEGEND)
+    if results["targets"]:
+        print("targets (issues 4 and 5, measured in this run):")
+        print(format_targets(results["targets"]))
     print(f"wrote {path} ({meta['elapsed_s']:.0f} s)")
     if not args.no_plot:
         try:

@@ -224,3 +224,16 @@ def test_binary_run_reads_epoch_lines_and_the_log(tmp_path):
     assert "--target-acc" in run["command"]
     fields = bench.gc_side.accuracy_fields(run, 0.97)
     assert fields["tta_epochs"] == 2 and fields["tta_s"] == 0.04 and 0 < fields["start_to_target_s"] < 60
+
+
+def test_targets_are_checked_on_the_rows_of_the_run():
+    checks = {c["label"]: c for c in report.check_targets(fake_rows())}
+    assert checks["MLP step, batch 128, fp32"]["ok"] and checks["MLP step, batch 128, fp32"]["value"] == 10
+    assert checks["MLP b128: JAX scan fp32 / gcompile"]["value"] == pytest.approx(4.0)
+    assert checks["MLP time to 97% (training loop)"]["value"] == pytest.approx(30.0)
+    assert checks["MLP process start to 97% printed"]["ok"] and checks["MLP compile, cold"]["ok"]
+    assert "MLP step, batch 1000, fp32" not in checks  # no gcompile row at batch 1000
+    text = report.format_targets(list(checks.values()))
+    assert "ok   MLP step, batch 128, fp32: 10 us (target <= 15 us)" in text
+    slow = [dict(r, step_s=r["step_s"] * 20) if r["impl"] == "gcompile" else r for r in fake_rows()]
+    assert not {c["label"]: c for c in report.check_targets(slow)}["MLP step, batch 128, fp32"]["ok"]
