@@ -235,5 +235,9 @@ def test_targets_are_checked_on_the_rows_of_the_run():
     assert "MLP step, batch 1000, fp32" not in checks  # no gcompile row at batch 1000
     text = report.format_targets(list(checks.values()))
     assert "ok   MLP step, batch 128, fp32: 10 us (target <= 15 us)" in text
+    bandwidth = report.row("eltwise", "eltwise 256MB", None, "gcompile", precision="fp32", step_s=1e-4,
+                           fraction_of_copy=0.8)
+    check = report.check_targets([bandwidth])[0]
+    assert check["label"] == "fused elementwise, of copy bandwidth" and check["value"] == 80 and not check["ok"]
     slow = [dict(r, step_s=r["step_s"] * 20) if r["impl"] == "gcompile" else r for r in fake_rows()]
     assert not {c["label"]: c for c in report.check_targets(slow)}["MLP step, batch 128, fp32"]["ok"]
