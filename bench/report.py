@@ -54,38 +54,40 @@ def _fmt(value, scale=1.0, digits=1, suffix=""):
     return f"{v:.{digits}f}{suffix}" if abs(v) < 10 ** 7 else f"{v:.3g}{suffix}"
 
 
-COLUMNS = [  # header, width, how to print a row's cell
-    ("model", 18, lambda r: f"{r['model']}" + (f" b{r['batch']}" if r.get("batch") else "")),
-    ("impl", 18, lambda r: r["impl"]),
-    ("prec", 5, lambda r: r.get("precision") or "-"),
-    ("step us", 9, lambda r: _fmt(r.get("step_s"), 1e6, 1 if (r.get("step_s") or 1) < 1e-3 else 0)),
-    ("p10-p90 us", 15, lambda r: "-" if r.get("p10_s") is None else
-        f"{_fmt(r['p10_s'], 1e6)}-{_fmt(r['p90_s'], 1e6)}"),
-    ("peer/gc", 7, lambda r: _fmt(r.get("peer_over_gc"), 1, 2, "x")),
-    ("to-acc s", 13, lambda r: "-" if r.get("tta_s") is None and r.get("tta_epochs") is None else
+COLUMNS = [  # header, how to print a row's cell
+    ("model", lambda r: f"{r['model']}" + (f" b{r['batch']}" if r.get("batch") else "")),
+    ("impl", lambda r: r["impl"]),
+    ("prec", lambda r: r.get("precision") or "-"),
+    ("step us", lambda r: _fmt(r.get("step_s"), 1e6, 1 if (r.get("step_s") or 1) < 1e-3 else 0)),
+    ("p10-p90 us", lambda r: "-" if r.get("p10_s") is None else f"{_fmt(r['p10_s'], 1e6)}-{_fmt(r['p90_s'], 1e6)}"),
+    ("peer/gc", lambda r: _fmt(r.get("peer_over_gc"), 1, 2, "x")),
+    ("to-acc s", lambda r: "-" if r.get("tta_s") is None and r.get("tta_epochs") is None else
         (f"{_fmt(r.get('tta_s'), 1, 3)} ({r.get('tta_epochs')}ep)" if r.get("tta_s") is not None else
          f"no ({r.get('tta_epochs')}ep)")),
-    ("start->acc s", 12, lambda r: _fmt(r.get("start_to_target_s"), 1, 3)),
-    ("compile s", 13, lambda r: "-" if r.get("compile_cold_s") is None else
+    ("start->acc s", lambda r: _fmt(r.get("start_to_target_s"), 1, 3)),
+    ("compile s", lambda r: "-" if r.get("compile_cold_s") is None else
         f"{_fmt(r['compile_cold_s'], 1, 2)}/{_fmt(r.get('compile_cached_s'), 1, 3)}"),
-    ("mem MB", 8, lambda r: _fmt(r.get("mem_bytes"), 1e-6, 2)),
-    ("kernels", 7, lambda r: "-" if r.get("kernels") is None else str(r["kernels"])),
-    ("note", 0, lambda r: ("SKIPPED: " + r["skipped"]) if r.get("skipped") else (r.get("note") or "")),
+    ("mem MB", lambda r: _fmt(r.get("mem_bytes"), 1e-6, 2)),
+    ("kernels", lambda r: "-" if r.get("kernels") is None else str(r["kernels"])),
+    ("note", lambda r: ("SKIPPED: " + r["skipped"]) if r.get("skipped") else (r.get("note") or "")),
 ]
 
 
 def format_table(rows: list) -> str:
-    """One table over every section; a section's rows follow its title line."""
-    def line(cells):
-        return " | ".join(c.ljust(w) if w else c for c, (_, w, _f) in zip(cells, COLUMNS)).rstrip()
-    out = [line([h for h, _, _ in COLUMNS])]
+    """One table over every section; a section's rows follow its title line. Columns are as wide as their
+    widest cell (the note, last, is not padded)."""
+    cells = [[f(r) for _, f in COLUMNS] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (h, _) in enumerate(COLUMNS)]
+
+    def line(values):
+        return " | ".join(v if i == len(values) - 1 else v.ljust(widths[i]) for i, v in enumerate(values)).rstrip()
+    out = [line([h for h, _ in COLUMNS])]
     out.append("-" * len(out[0]))
     for section in SECTIONS + tuple(sorted({r["section"] for r in rows} - set(SECTIONS))):
-        members = [r for r in rows if r["section"] == section]
-        if not members:
-            continue
-        out.append(f"[{section}]")
-        out += [line([f(r) for _, _, f in COLUMNS]) for r in members]
+        members = [c for r, c in zip(rows, cells) if r["section"] == section]
+        if members:
+            out.append(f"[{section}]")
+            out += [line(c) for c in members]
     return "\n".join(out)
 
 

@@ -46,7 +46,7 @@ def parse_args(argv=None):
     p.add_argument("--batches", default="128,1000", help="batch sizes of the mnist section")
     p.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
     p.add_argument("--work-dir", default=str(ROOT / "build" / "bench"), help="builds and caches (emptied first)")
-    p.add_argument("--budget-s", type=float, default=450, help="optional work is skipped past this (seconds)")
+    p.add_argument("--budget-s", type=float, default=420, help="optional work is skipped past this (seconds)")
     p.add_argument("--no-plot", action="store_true")
     args = p.parse_args(argv)
     args.only = [s for s in args.only.split(",") if s]
@@ -164,7 +164,7 @@ class Bench:
             self.rows.append(skipped("gemm", "gemm_bench", None, "-", "bench/gemm_bench.py is not in this tree "
                                                                       "(helper gemm)"))
             return
-        reason = self.budget.allows(60)
+        reason = self.budget.allows(60) or (None if self.args.device == "cuda" else "the GEMM benchmark needs a GPU")
         if reason:
             self.rows.append(skipped("gemm", "gemm_bench", None, "-", reason))
             return
@@ -172,14 +172,18 @@ class Bench:
         try:
             from . import gemm_bench
             params = inspect.signature(gemm_bench.run).parameters
-            kwargs = {k: v for k, v in (("quick", self.args.quick), ("device", self.args.device)) if k in params}
+            kwargs = {k: v for k, v in (("quick", self.args.quick), ("workdir", str(self.work / "gemm"))) if k in params}
             result = gemm_bench.run(**kwargs)
         except Exception as e:
             traceback.print_exc()
             self.rows.append(skipped("gemm", "gemm_bench", None, "-", f"{type(e).__name__}: {str(e)[:200]}"))
             return
         self.extra["gemm"] = result
-        self.rows += gemm_rows(result)
+        try:
+            self.rows += gemm_rows(result)
+        except (KeyError, TypeError) as e:
+            self.rows.append(skipped("gemm", "gemm_bench", None, "-", f"unexpected result of gemm_bench.run(): {e!r}"
+                                     " (kept in the JSON under extra.gemm)"))
 
     def dataset(self, path, key):
         try:
@@ -189,20 +193,29 @@ class Bench:
             return None
 
 
-def gemm_rows(result) -> list:
-    """gemm_bench.run()'s result as table rows: each dict of a list becomes a row (name/impl/seconds or
-    step_s are its cells, everything else its note); anything else stays in the JSON only."""
+def gemm_rows(result: dict) -> list:
+    """gemm_bench.run()'s result as table rows: each case the heuristic chose (own kernel, with or without
+    its epilogue), timed against cuBLAS at the same precision; peer/gc is cuBLAS time / own time."""
     rows = []
-    for entry in result if isinstance(result, list) else []:
-        if not isinstance(entry, dict):
+    for r in result["rows"]:
+        if not r.get("chosen") or "own_us" not in r:
             continue
-        known = {"name", "shape", "impl", "seconds", "step_s", "precision"}
-        rest = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in entry.items() if k not in known)
-        rows.append(row("gemm", str(entry.get("name") or entry.get("shape") or "gemm"), None,
-                        str(entry.get("impl", "gemm")), precision=entry.get("precision"),
-                        step_s=entry.get("step_s") or entry.get("seconds"), note=rest))
+        ref = "cublas" if r["precision"] == "fp32" else "cublas_tf32"
+        epilogue = "" if r["epilogue"] == "none" else f"+{r['epilogue']}"
+        flops = 2 * r["m"] * r["n"] * r["k"]
+        rows.append(row("gemm", r["name"], None, f"gc_gemm{epilogue}", precision=r["precision"],
+                        step_s=r["own_us"] * 1e-6, peer_over_gc=r[f"{ref}_us"] / r["own_us"],
+                        note=f"{r['m']}x{r['n']}x{r['k']} {r['tile']}: {flops / r['own_us'] * 1e-6:.1f} TFLOP/s, "
+                             f"{ref} {r[f'{ref}_us']:.2f} us"))
     return rows
+
+
+def gemm_targets(summary: dict) -> list:
+    """The GEMM targets of issue 4 from gemm_bench's summary, in check_targets' form."""
+    checks = [("own fp32 GEMM 4096^3, of cuBLAS", summary.get("fp32_4096_vs_cublas"), 0.85, 100, "%"),
+              ("own fp32 GEMM + epilogue / cuBLAS, worst MLP shape", summary.get("fused_vs_cublas_min"), 1.0, 1, "x")]
+    return [{"label": label, "value": value * scale, "limit": limit * scale, "unit": unit, "ok": value >= limit,
+             "kind": ">="} for label, value, limit, scale, unit in checks if value is not None]
 
 
 def sort_rows(rows: list) -> list:
@@ -225,7 +238,8 @@ def save(bench: Bench, meta: dict, args, complete: bool):
         if name in sys.modules:
             meta["versions"].update(module.versions())
     meta.update(elapsed_s=bench.budget.elapsed(), complete=complete, methodology=LEGEND)
-    results = {"meta": meta, "rows": rows, "targets": check_targets(rows), "extra": bench.extra}
+    targets = check_targets(rows) + gemm_targets((bench.extra.get("gemm") or {}).get("summary") or {})
+    results = {"meta": meta, "rows": rows, "targets": targets, "extra": bench.extra}
     return results, write_json(results, args.results_dir)
 
 

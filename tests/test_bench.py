@@ -171,13 +171,28 @@ def test_hlo_kernel_estimate_counts_launching_instructions():
     assert bench.jax_peers.hlo_kernels("not hlo", scan=False) is None
 
 
-def test_gemm_results_become_rows_and_rows_sort_by_section():
-    rows = bench.run.gemm_rows([{"name": "4096^3", "impl": "gc_gemm", "seconds": 0.003, "tflops": 45.123,
-                                 "of_cublas": 0.88}, "ignored"])
-    assert len(rows) == 1 and rows[0]["step_s"] == 0.003 and "tflops=45.12" in rows[0]["note"]
+GEMM_RESULT = {"gpu": "fake", "rows": [
+    {"name": "4096^3", "m": 4096, "n": 4096, "k": 4096, "precision": "fp32", "epilogue": "none",
+     "tile": "gc_tile<128, 128, 8, 8, 8, 0>", "chosen": True, "own_us": 3000.0, "cublas_us": 2700.0},
+    {"name": "b128 fwd  h1 = x @ W1", "m": 128, "n": 256, "k": 784, "precision": "tf32", "epilogue": "bias_relu",
+     "tile": "t", "chosen": True, "own_us": 4.0, "cublas_tf32_us": 5.0},
+    {"name": "4096^3", "m": 4096, "n": 4096, "k": 4096, "precision": "fp32", "epilogue": "none", "tile": "other",
+     "chosen": False, "own_us": 4000.0, "cublas_us": 2700.0}],
+    "summary": {"fp32_4096_vs_cublas": 0.9, "fused_vs_cublas_min": 0.95}}
+
+
+def test_gemm_results_become_rows_and_targets():
+    rows = bench.run.gemm_rows(GEMM_RESULT)
+    assert [(r["model"], r["impl"], r["precision"]) for r in rows] == [
+        ("4096^3", "gc_gemm", "fp32"), ("b128 fwd  h1 = x @ W1", "gc_gemm+bias_relu", "tf32")]
+    assert rows[0]["step_s"] == pytest.approx(3e-3) and rows[0]["peer_over_gc"] == pytest.approx(0.9)
+    assert "45.8 TFLOP/s" in rows[0]["note"] and rows[1]["peer_over_gc"] == pytest.approx(1.25)
+    checks = bench.run.gemm_targets(GEMM_RESULT["summary"])
+    assert [(c["value"], c["ok"]) for c in checks] == [(pytest.approx(90), True), (pytest.approx(0.95), False)]
     ordered = bench.run.sort_rows(rows + fake_rows())
-    assert [r["section"] for r in ordered] == ["mnist"] * 4 + ["gemm"] * 2
+    assert [r["section"] for r in ordered] == ["mnist"] * 4 + ["gemm"] * 3
     assert [r["impl"] for r in ordered[:4]] == ["gcompile", "gcompile", "jax-scan", "torch-eager"]
+    assert "| 3000 " in report.format_table(ordered)
 
 
 def test_command_line_checks_sections():
