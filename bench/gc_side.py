@@ -17,7 +17,7 @@ import numpy as np
 import gcompile as gc
 
 from .report import row, skipped
-from .tasks import LR, Task, check_loss, placeholders
+from .tasks import LR, Task, check_loss
 from .timing import time_windows
 
 EPOCH_LINE = re.compile(r"epoch\s+(\d+)/\d+.*?val_acc\s+([0-9.]+)")

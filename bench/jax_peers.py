@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from .report import row, skipped
+from .report import failed, row, skipped
 from .tasks import LR, RECIPE_BATCH, Task, check_loss
 from .timing import time_to_accuracy, time_windows
 
@@ -25,6 +25,7 @@ NOT_KERNELS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
                "replica-id", "opt-barrier", "add-dependency", "copy-start", "copy-done"}
 PRECISION = {"fp32": "float32", "tf32": "tensorfloat32"}
 _state = {}
+_resident = {}  # dataset name -> (X, Y, VX, VY) on the default device
 
 
 def setup(cache_dir) -> None:
@@ -130,9 +131,7 @@ def jax_rows(task: Task, impls, precision: str, settings, budget, device: str, w
             with jax.default_matmul_precision(PRECISION[precision]):
                 rows.append(jax_row(jax, task, impl, precision, settings, budget, with_accuracy))
         except Exception as e:  # a peer that fails is reported and skipped, the benchmark goes on
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-            rows.append(skipped(task.section, task.model, task.batch, impl, f"{type(e).__name__}: {first}",
-                                precision=precision))
+            rows.append(failed(task.section, task.model, task.batch, impl, e, precision=precision))
     return rows
 
 
@@ -143,7 +142,9 @@ def jax_row(jax, task, impl, precision, settings, budget, with_accuracy) -> dict
     steps = n // b
     depth = len([k for k in task.init if k.startswith("W")])
     initial = [(task.init[f"W{i}"], task.init[f"b{i}"]) for i in range(1, depth + 1)]
-    X, Y, VX, VY = (jax.device_put(a) for a in (d.train_x, d.train_y, d.valid_x, d.valid_y))
+    if d.name not in _resident:
+        _resident[d.name] = tuple(jax.device_put(a) for a in (d.train_x, d.train_y, d.valid_x, d.valid_y))
+    X, Y, VX, VY = _resident[d.name]
     step, epoch, predict = make_functions(jax, depth, b, steps)
     params = jax.device_put(initial)
     order = jnp.arange(n, dtype=jnp.int32)

@@ -13,6 +13,7 @@ import platform
 import re
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,14 @@ def row(section: str, model: str, batch, impl: str, **fields) -> dict:
 def skipped(section: str, model: str, batch, impl: str, reason: str, **fields) -> dict:
     print(f"  skip {model} b{batch} {impl}: {reason}", flush=True)
     return row(section, model, batch, impl, skipped=reason, **fields)
+
+
+def failed(section: str, model: str, batch, impl: str, error: Exception, **fields) -> dict:
+    """A row for an implementation that raised: the traceback goes to stderr, the first line to the table."""
+    traceback.print_exception(error, file=sys.stderr)
+    text = str(error).strip()
+    return skipped(section, model, batch, impl, f"{type(error).__name__}: {text.splitlines()[0][:200] if text else ''}",
+                   **fields)
 
 
 def step_stats(seconds_per_step) -> dict:
@@ -183,8 +192,9 @@ def environment(root: Path, device: str) -> dict:
     gpu = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
     nvcc = _run(["nvcc", "--version"]).splitlines()
     import gcompile
+    cpu = f"cpu ({platform.processor() or platform.machine()})"
     return {
-        "gpu": gpu.split(",")[0].strip() if device == "cuda" and gpu else f"cpu ({platform.processor() or platform.machine()})",
+        "gpu": gpu.split(",")[0].strip() if device == "cuda" and gpu else cpu,
         "nvidia_smi": gpu or None,
         "commit": git_commit(root),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

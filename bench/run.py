@@ -12,11 +12,9 @@ example is a row that says why it was skipped. torch.compile runs last, while th
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import shutil
 import sys
-import traceback
 from pathlib import Path
 
 from gcompile.build import detect_arch
@@ -24,8 +22,8 @@ from gcompile.data import default_data_dir
 from gcompile.errors import GCompileError
 
 from . import gc_side, jax_peers, torch_peers
-from .report import (LEGEND, SECTIONS, add_ratios, check_targets, environment, format_table, format_targets, row,
-                     skipped, write_json)
+from .report import (LEGEND, SECTIONS, add_ratios, check_targets, environment, failed, format_table, format_targets,
+                     row, skipped, write_json)
 from .tasks import LR, RECIPE_BATCH, ROOT, TARGETS, Dataset, Task, load_example, make_program
 from .timing import Budget, Settings
 
@@ -79,10 +77,7 @@ class Bench:
             self.rows.append(gc_side.gcompile_row(task, self.target, precision, self.settings, self.work,
                                                   with_accuracy))
         except Exception as e:  # a build or run failure is a result to report, not the end of the benchmark
-            traceback.print_exc()
-            self.rows.append(skipped(task.section, task.model, task.batch, "gcompile",
-                                     f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
-                                     precision=precision))
+            self.rows.append(failed(task.section, task.model, task.batch, "gcompile", e, precision=precision))
 
     def peers(self, task, impls, precision, with_accuracy):
         kw = dict(settings=self.settings, budget=self.budget, device=self.args.device, with_accuracy=with_accuracy)
@@ -147,8 +142,7 @@ class Bench:
             try:
                 gc_row = gc_side.eltwise_row(n, self.target, self.settings, self.work)
             except Exception as e:
-                traceback.print_exc()
-                gc_row = skipped("eltwise", name, None, "gcompile", f"{type(e).__name__}: {str(e)[:200]}")
+                gc_row = failed("eltwise", name, None, "gcompile", e)
             self.rows.append(gc_row)
         copy = torch_peers.copy_row(name, n, self.settings, self.args.device)
         self.rows.append(copy)
@@ -164,19 +158,16 @@ class Bench:
             self.rows.append(skipped("gemm", "gemm_bench", None, "-", "bench/gemm_bench.py is not in this tree "
                                                                       "(helper gemm)"))
             return
-        reason = self.budget.allows(60) or (None if self.args.device == "cuda" else "the GEMM benchmark needs a GPU")
+        reason = self.budget.allows(60) or (None if self.args.device == "cuda" else "it needs a GPU")
         if reason:
             self.rows.append(skipped("gemm", "gemm_bench", None, "-", reason))
             return
         print("== gemm micro-benchmark (bench/gemm_bench.py)", flush=True)
         try:
             from . import gemm_bench
-            params = inspect.signature(gemm_bench.run).parameters
-            kwargs = {k: v for k, v in (("quick", self.args.quick), ("workdir", str(self.work / "gemm"))) if k in params}
-            result = gemm_bench.run(**kwargs)
+            result = gemm_bench.run(quick=self.args.quick, workdir=str(self.work / "gemm"))
         except Exception as e:
-            traceback.print_exc()
-            self.rows.append(skipped("gemm", "gemm_bench", None, "-", f"{type(e).__name__}: {str(e)[:200]}"))
+            self.rows.append(failed("gemm", "gemm_bench", None, "-", e))
             return
         self.extra["gemm"] = result
         try:
@@ -257,8 +248,7 @@ def main(argv=None) -> int:
           flush=True)
     bench = Bench(args)
     try:
-        import jax  # noqa: F401 - only to configure its compilation cache before anything compiles
-        jax_peers.setup(work / "jax-cache")
+        jax_peers.setup(work / "jax-cache")  # before anything compiles
     except ImportError:
         pass
     for section in args.only:

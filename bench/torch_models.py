@@ -25,7 +25,8 @@ def shape_key(shape) -> tuple:
 
 
 def same_parameters(module: nn.Module, init: dict) -> bool:
-    return Counter(shape_key(p.shape) for p in module.parameters()) == Counter(shape_key(v.shape) for v in init.values())
+    shapes = Counter(shape_key(v.shape) for v in init.values())
+    return Counter(shape_key(p.shape) for p in module.parameters()) == shapes
 
 
 def dense_net(init: dict) -> nn.Sequential:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from .report import row, skipped
+from .report import failed, row, skipped
 from .tasks import RECIPE_BATCH, Task, check_loss
 from .timing import time_to_accuracy, time_windows
 
@@ -175,7 +175,8 @@ def torch_rows(task: Task, impls, precision: str, settings, budget, device: str,
     rows = []
     for impl in impls:
         if impl == "torch-graph" and device != "cuda":
-            rows.append(skipped(task.section, task.model, task.batch, impl, "CUDA graphs need a GPU", precision=precision))
+            rows.append(skipped(task.section, task.model, task.batch, impl, "CUDA graphs need a GPU",
+                                precision=precision))
             continue
         if impl == "torch-compile":
             reason = budget.allows(60)
@@ -186,9 +187,7 @@ def torch_rows(task: Task, impls, precision: str, settings, budget, device: str,
             rows.append(torch_row(torch, task, impl, precision, mode, settings, budget, device, with_accuracy,
                                   twin, optimizer_for))
         except Exception as e:  # a peer that fails is reported and skipped, the benchmark goes on
-            rows.append(skipped(task.section, task.model, task.batch, impl,
-                                f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}",
-                                precision=precision))
+            rows.append(failed(task.section, task.model, task.batch, impl, e, precision=precision))
         finally:
             if device == "cuda":
                 torch.cuda.empty_cache()
@@ -258,7 +257,4 @@ def copy_row(model_name: str, n: int, settings, device: str) -> dict:
         return sync.window(run)
     fields = time_windows(run_window, settings, warmup=3)
     fields.update(bytes_moved=2 * 4 * n, bandwidth_Bps=2 * 4 * n / fields["step_s"], precision="fp32")
-    del src, dst
-    if device == "cuda":
-        torch.cuda.empty_cache()
     return row("eltwise", model_name, None, "torch copy_", **fields)
