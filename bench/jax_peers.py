@@ -94,7 +94,7 @@ def make_functions(jax, depth: int, batch: int, steps: int):
 
     def step(params, X, Y, perm, s):
         idx = lax.dynamic_slice_in_dim(perm, s * batch, batch)
-        loss, grads = jax.value_and_grad(loss_fn)(params, jnp.take(X, idx, axis=0), jnp.take(Y, idx, axis=0))
+        loss, grads = jax.value_and_grad(loss_fn)(params, X[idx], Y[idx])
         return jax.tree_util.tree_map(lambda p, g: p - LR * g, params, grads), loss
 
     def epoch(params, X, Y, perm):
