@@ -51,6 +51,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", default=None, help="CUDA architecture, e.g. sm_90 (default: the GPU's, "
                         "or sm_90 plus PTX when there is no GPU)")
     parser.add_argument("--batch-size", type=int, default=None, help="passed to program(batch_size=...)")
+    parser.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                        help="float32 GEMMs in fp32 (default) or on tf32 tensor cores (cuda target)")
 
 
 def compile_model(args, out_dir=None):
@@ -58,4 +60,4 @@ def compile_model(args, out_dir=None):
 
     program = load_program(args.model, args.batch_size)
     return compile_program(program, target=args.target or default_target(), out_dir=out_dir,
-                           arch=args.arch, source=os.path.relpath(args.model))
+                           arch=args.arch, source=os.path.relpath(args.model), precision=args.precision)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GCompileError
+from ..gemm_tiles import choose_tile
 from ..graph import Node
 from ..ops import get_op
 from ..ops.elementwise import Elementwise
@@ -92,9 +93,10 @@ def describe(node: Node) -> str:
 
 
 class Lowering:
-    def __init__(self, plan, direction: str):
+    def __init__(self, plan, direction: str, precision: str = "fp32"):
         self.plan = plan
         self.direction = direction
+        self.precision = precision     # "fp32" or "tf32": the GEMMs' arithmetic (gemm_tiles.py)
 
     def pointer(self, node: Node, const=True) -> str:
         """C expression of a node's typed pointer into the arena `A`."""
@@ -199,10 +201,12 @@ class Lowering:
     def lower_matmul(self, node: Node):
         a, b = node.inputs
         m, n = node.shape
-        k = a.shape[0] if node.attrs["trans_a"] else a.shape[1]
+        ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
+        k = a.shape[0] if ta else a.shape[1]
+        precision = self.precision if node.dtype == "float32" else "fp32"   # tf32 is for float32 only
         return "matmul", {"a": self.pointer(a), "b": self.pointer(b), "c": self.pointer(node, const=False),
-                          "m": m, "n": n, "k": k, "trans_a": int(node.attrs["trans_a"]),
-                          "trans_b": int(node.attrs["trans_b"]), "ctype": C_TYPES[node.dtype]}
+                          "m": m, "n": n, "k": k, "trans_a": int(ta), "trans_b": int(tb),
+                          "ctype": C_TYPES[node.dtype], "tile": choose_tile(m, n, k, ta, tb, precision)}
 
     def softmax_like(self, node: Node, log: bool):
         (x,) = node.inputs
@@ -227,11 +231,11 @@ class Lowering:
             "label_ctype": C_TYPES[labels.dtype]}
 
 
-def lower(schedules: dict[str, list[Node]], plan) -> dict[str, list[Kernel]]:
+def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32") -> dict[str, list[Kernel]]:
     """Kernel specs for each schedule, in schedule order. Kernel names are unique across schedules."""
     out, index = {}, 0
     for direction, order in schedules.items():
-        lowering, kernels = Lowering(plan, direction), []
+        lowering, kernels = Lowering(plan, direction, precision), []
         for node in order:
             kernel = lowering.kernel(node, index)
             if kernel is not None:

@@ -25,6 +25,7 @@ class Module:
     variables: list[Node] = field(default_factory=list)
     train_inputs: list[Node] = field(default_factory=list)
     eval_inputs: list[Node] = field(default_factory=list)
+    precision: str = "fp32"                  # the GEMMs' arithmetic: "fp32" or "tf32" (gemm_tiles.py)
 
     @property
     def graphs(self) -> dict[str, list[Node]]:
@@ -78,6 +79,7 @@ class Module:
             "outputs": [row(o, name) for name, o in self.outputs.items()],
             "variables": [dict(row(v), trainable=bool(v.attrs.get("trainable", True))) for v in self.variables],
             "layout_hash": f"{self.layout_hash:016x}", "init_file": self.init_file,
+            "precision": self.precision,
         }
 
 
