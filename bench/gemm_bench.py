@@ -204,9 +204,12 @@ def run(quick: bool = False, sweep: bool = False, workdir: str | None = None) ->
         work.mkdir(parents=True, exist_ok=True)
         exe = build(cases, work, trials=5 if quick else 9)
         proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the GEMM benchmark failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        (work / "raw.jsonl").write_text(proc.stdout)   # kept with --workdir
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or len(lines) != len(cases) + 1 or any("error" in r for r in lines):
+        errors = [r for r in lines if "error" in r][:5]
+        raise RuntimeError(f"the GEMM benchmark failed (exit {proc.returncode}, {len(lines) - 1} of {len(cases)} "
+                           f"cases ran): {errors}\n{proc.stderr[-4000:]}")
     machine, rows = lines[0], lines[1:]
     for row, case in zip(rows, cases):
         row["chosen"] = case["chosen"]
