@@ -221,6 +221,9 @@ def run(quick: bool = False, sweep: bool = False, workdir: str | None = None) ->
 
 
 def commit() -> str | None:
+    """The checkout's commit (GC_BENCH_COMMIT overrides it, for a copy of the tree without .git)."""
+    if os.environ.get("GC_BENCH_COMMIT"):
+        return os.environ["GC_BENCH_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               timeout=10).stdout.strip() or None
