@@ -52,8 +52,18 @@ def mlp_gemms(batch: int) -> list[tuple]:
     ]
 
 
+# More shapes for --sweep only: the heuristic is calibrated on these too, not on the MLP alone.
+SWEEP_SHAPES = [("512^3", 512, 512, 512, 0, 0), ("2048^3", 2048, 2048, 2048, 0, 0),
+                ("64x1024x4096 TB", 64, 1024, 4096, 0, 1), ("4096x64x1024 TA", 4096, 64, 1024, 1, 0),
+                ("1024x1024x64", 1024, 1024, 64, 0, 0), ("333x777x555 TA TB", 333, 777, 555, 1, 1)]
+SWEEP_NAMES = {s[0] for s in SWEEP_SHAPES}
+
+
 def bench_cases(quick: bool = False, sweep: bool = False) -> list[dict]:
     shapes = mlp_gemms(1000) if quick else mlp_gemms(128) + mlp_gemms(1000)
+    shapes = shapes + [("4096^3", 4096, 4096, 4096, 0, 0, "none")]
+    if sweep:
+        shapes += [(*shape, "none") for shape in SWEEP_SHAPES]
     out = []
     for name, m, n, k, ta, tb, ep in shapes:
         for precision in ("fp32", "tf32"):
@@ -61,15 +71,12 @@ def bench_cases(quick: bool = False, sweep: bool = False) -> list[dict]:
             for epilogue in dict.fromkeys(["none", ep]):
                 out.append(dict(name=name, m=m, n=n, k=k, ta=ta, tb=tb, precision=precision, epilogue=epilogue,
                                 tile=tile, chosen=True))
-            if sweep:
+            if sweep:   # every other candidate tile, for calibration
                 for _, t, split in candidates(m, n, k, precision):
                     text = t.c_type(split, m, n, k)
                     if text != tile:
                         out.append(dict(name=name, m=m, n=n, k=k, ta=ta, tb=tb, precision=precision,
                                         epilogue="none", tile=text, chosen=False))
-    for precision in ("fp32", "tf32"):
-        out.append(dict(name="4096^3", m=4096, n=4096, k=4096, ta=0, tb=0, precision=precision, epilogue="none",
-                        tile=choose_tile(4096, 4096, 4096, False, False, precision), chosen=True))
     return out
 
 
@@ -155,7 +162,7 @@ def tflops(c: dict, key: str) -> float | None:
 
 def summarize(rows: list[dict]) -> dict:
     """The targets' ratios: cuBLAS time / own time (> 1: own is faster)."""
-    chosen = [r for r in rows if r["chosen"]]
+    chosen = [r for r in rows if r["chosen"] and r["name"] not in SWEEP_NAMES]
     big = next(r for r in chosen if r["name"] == "4096^3" and r["precision"] == "fp32")
     big_tf32 = next(r for r in chosen if r["name"] == "4096^3" and r["precision"] == "tf32")
     fused = [r for r in chosen if r["name"] != "4096^3" and r["precision"] == "fp32" and r["epilogue"] != "none"]
@@ -185,7 +192,7 @@ def summarize(rows: list[dict]) -> dict:
 def sweep_summary(rows: list[dict]) -> list[dict]:
     """Per shape and precision: the fastest tile measured, and the heuristic's choice against it."""
     out = []
-    keys = dict.fromkeys((r["name"], r["precision"]) for r in rows if r["name"] != "4096^3")
+    keys = dict.fromkeys((r["name"], r["precision"]) for r in rows)
     for name, precision in keys:
         group = [r for r in rows if r["name"] == name and r["precision"] == precision and r["epilogue"] == "none"]
         best = min(group, key=lambda r: r["own_us"])
@@ -236,7 +243,7 @@ def table(result: dict) -> str:
             f"{'cuBLAS us':>9} {'TFLOP/s':>7} {'ratio':>6}  {'pedantic':>8}  {'rel err':>8}  tile")
     lines = [f"GEMM micro-benchmark on {result['gpu']} ({result['sms']} SMs), commit {result['commit']}", head]
     for r in result["rows"]:
-        if not r["chosen"]:
+        if not r["chosen"] or r["name"] in SWEEP_NAMES:
             continue
         ref = "cublas" if r["precision"] == "fp32" else "cublas_tf32"
         ratio = r[f"{ref}_us"] / r["own_us"]

@@ -1,8 +1,8 @@
 // gc_gemm_cuda.cuh — the cuda target's GEMM (signature and tile type in gc_gemm.h). One kernel template,
 // specialized at compile time by its tile (sizes, precision, split, static shape) and its epilogue:
 //   * each block computes a BM x BN tile of C; K advances in steps of BK through two shared-memory buffers:
-//     the next step's global loads (16-byte vectors where the layout allows) are in flight in registers while
-//     the current step computes, so there is one barrier per step;
+//     the next steps' global loads (16-byte vectors where the layout allows) are in flight in registers
+//     while the current step computes (two steps ahead for small register blocks), one barrier per step;
 //   * both operands sit in shared memory k-major (As[k][m], Bs[k][n]), whatever the transposes: the inner
 //     loop reads 16-byte vectors of A and B (fp32: a TM x TN register block per thread) or tf32 fragments
 //     (mma.sync m16n8k8, a TM x TN tile per warp); rows are padded by 8 words so the fragment loads are
@@ -179,7 +179,7 @@ __device__ __forceinline__ void gc_gemm_store(T* C, const Ep& ep, int b, int m, 
 }
 
 template <typename T, bool TA, bool TB, class Tile, class Ep>
-__global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS <= 256 ? 512 / Tile::THREADS : 1)
+__global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
 gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int S = Tile::SPLIT, THREADS = Tile::THREADS, W = 16 / sizeof(T);
@@ -220,17 +220,20 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     const T* __restrict__ B = p.B + b * p.sb;
     T* __restrict__ C = p.C + b * p.sc;
 
-    // A's block is (BM x BK) of A, or (BK x BM) of A stored transposed; B's likewise.
-    gc_gemm_stage<T, TA ? BK : BM, TA ? BM : BK, THREADS> ga;
-    gc_gemm_stage<T, TB ? BN : BK, TB ? BK : BN, THREADS> gb;
-    auto load = [&](int kt) {
+    // A's block is (BM x BK) of A, or (BK x BM) of A stored transposed; B's likewise. Two register sets:
+    // with DEEP, a step's loads are issued two steps before their data is stored to shared memory.
+    typedef gc_gemm_stage<T, TA ? BK : BM, TA ? BM : BK, THREADS> StageA;
+    typedef gc_gemm_stage<T, TB ? BN : BK, TB ? BK : BN, THREADS> StageB;
+    StageA ga0, ga1;
+    StageB gb0, gb1;
+    auto load = [&](StageA& ga, StageB& gb, int kt) {
         const int k0 = k_begin + kt * BK;
         if (TA) ga.template load<!EK, !EM>(A + (size_t)k0 * M + m0, M, k_end - k0, M - m0, va);
         else    ga.template load<!EM, !EK>(A + (size_t)m0 * K + k0, K, M - m0, k_end - k0, va);
         if (TB) gb.template load<!EN, !EK>(B + (size_t)n0 * K + k0, K, N - n0, k_end - k0, vb);
         else    gb.template load<!EK, !EN>(B + (size_t)k0 * N + n0, N, k_end - k0, N - n0, vb);
     };
-    auto store = [&](int buf) {
+    auto store = [&](StageA& ga, StageB& gb, int buf) {
         ga.template store<!TA, TC>(As + buf * BK * LDA, LDA);
         gb.template store<TB, TC>(Bs + buf * BK * LDB, LDB);
     };
@@ -246,14 +249,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     T acc[TC ? 1 : TM][TC ? 1 : TN] = {};
     float tacc[MI][NI][4] = {};
 
-    if (ktiles > 0) {
-        load(0);
-        store(0);
-    }
-    __syncthreads();
-    for (int kt = 0; kt < ktiles; kt++) {
-        const int buf = kt & 1;
-        if (kt + 1 < ktiles) load(kt + 1);
+    auto compute = [&](int buf) {
         const T* as = As + buf * BK * LDA;
         const T* bs = Bs + buf * BK * LDB;
         if constexpr (!TC) {
@@ -261,13 +257,9 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
             for (int k = 0; k < BK; k++) {
                 T a[TM], bv[TN];
 #pragma unroll
-                for (int g = 0; g < TM / 4; g++) {
-                    gc_ld_run<4>(as + k * LDA + g * 4 * MT + 4 * ty, a + 4 * g);
-                }
+                for (int g = 0; g < TM / 4; g++) gc_ld_run<4>(as + k * LDA + g * 4 * MT + 4 * ty, a + 4 * g);
 #pragma unroll
-                for (int g = 0; g < TN / 4; g++) {
-                    gc_ld_run<4>(bs + k * LDB + g * 4 * NT + 4 * tx, bv + 4 * g);
-                }
+                for (int g = 0; g < TN / 4; g++) gc_ld_run<4>(bs + k * LDB + g * 4 * NT + 4 * tx, bv + 4 * g);
 #pragma unroll
                 for (int i = 0; i < TM; i++)
 #pragma unroll
@@ -297,8 +289,35 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
                     for (int j = 0; j < NI; j++) gc_mma_tf32(tacc[i][j], af[i], bf[j]);
             }
         }
-        if (kt + 1 < ktiles) store(buf ^ 1);
+    };
+
+    // Step kt computes from buffer kt % 2 while tile kt + 1 waits in registers (ga, gb), then stores it to
+    // the other buffer. DEEP (tiles with little work per step, where a load's latency would show): tile
+    // kt + 1 was loaded two steps earlier, and tile kt + 3 is loaded into the registers it frees (when
+    // the accumulators and two register sets fit; the 8 x 8 fp32 block has work enough to hide a load).
+    constexpr int STAGED = (BM * BK + BK * BN) / THREADS, ACCS = TC ? TM * TN / 32 : TM * TN;
+    constexpr bool DEEP = ACCS + 2 * STAGED <= 48;
+    if (ktiles > 0) {
+        load(ga0, gb0, 0);
+        store(ga0, gb0, 0);
+    }
+    if (DEEP && ktiles > 1) load(ga1, gb1, 1);
+    if (DEEP && ktiles > 2) load(ga0, gb0, 2);
+    __syncthreads();
+    auto step = [&](int kt, StageA& ga, StageB& gb) {
+        if (!DEEP && kt + 1 < ktiles) load(ga, gb, kt + 1);
+        compute(kt & 1);
+        if (kt + 1 < ktiles) store(ga, gb, (kt + 1) & 1);
+        if (DEEP && kt + 3 < ktiles) load(ga, gb, kt + 3);
         __syncthreads();
+    };
+    if constexpr (DEEP) {
+        for (int kt = 0; kt < ktiles; kt += 2) {   // by twos: which register set holds a tile is static
+            step(kt, ga1, gb1);
+            if (kt + 1 < ktiles) step(kt + 1, ga0, gb0);
+        }
+    } else {
+        for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
     }
 
     // The accumulators as runs of RUN consecutive columns at tile coordinates (row, col).
