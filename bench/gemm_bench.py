@@ -210,9 +210,10 @@ def run(quick: bool = False, sweep: bool = False, workdir: str | None = None) ->
         work = Path(workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         exe = build(cases, work, trials=5 if quick else 9)
-        proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=1800)
-        (work / "raw.jsonl").write_text(proc.stdout)   # kept with --workdir
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        with open(work / "raw.jsonl", "w") as raw:   # line by line as cases finish (kept with --workdir)
+            proc = subprocess.run([str(exe)], stdout=raw, stderr=subprocess.PIPE, text=True, timeout=1800)
+        stdout = (work / "raw.jsonl").read_text()
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or len(lines) != len(cases) + 1 or any("error" in r for r in lines):
         errors = [r for r in lines if "error" in r][:5]
         raise RuntimeError(f"the GEMM benchmark failed (exit {proc.returncode}, {len(lines) - 1} of {len(cases)} "
