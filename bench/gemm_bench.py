@@ -4,7 +4,9 @@ backward with their transposes) and at 4096^3. Needs a GPU, nvcc and cuBLAS (the
 nvidia-cublas Python package's).
 
     python3 bench/gemm_bench.py              # table; --json FILE writes the results
-    python3 bench/gemm_bench.py --sweep      # also every catalogue tile at the MLP's shapes (calibration)
+    python3 bench/gemm_bench.py --sweep --json S.json --calibrate gcompile/gemm_tiles_sm90.json
+        # also every catalogue tile and split at the MLP's and more shapes, and the tile calibration from it
+    python3 bench/gemm_bench.py --from S.json --calibrate OUT   # the calibration from saved results
 
 `run(quick=False) -> dict` is what `make bench` calls. Per case: the own kernel (fp32 and tf32, without and
 with the fused epilogue the step uses: bias + ReLU forward, the ReLU mask on the backward data gradients)
@@ -29,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gcompile import gemm_tiles  # noqa: E402
 from gcompile.build import detect_arch  # noqa: E402
 from gcompile.gemm_tiles import candidates, choose_tile  # noqa: E402
 from gcompile.resources import package_dir  # noqa: E402
@@ -228,6 +231,48 @@ def run(quick: bool = False, sweep: bool = False, workdir: str | None = None) ->
     return result
 
 
+def calibrate(result: dict) -> dict:
+    """gemm_tiles_sm90.json from a --sweep result: the fastest catalogue tile measured for each swept
+    (shape, precision), and the cost model's constants fitted to every measured catalogue tile by
+    non-negative least squares on relative error (see gcompile/gemm_tiles.py)."""
+    import numpy as np
+    rows = []
+    for r in result["rows"]:
+        if r["epilogue"] != "none" or "own_us" not in r:
+            continue
+        v = [int(x) for x in r["tile"].replace("gc_tile<", "").rstrip(">").split(",")]
+        tile = gemm_tiles.Tile(*v[:6])
+        if tile in gemm_tiles.TILES[r["precision"]]:
+            rows.append((r, tile, v[6]))
+    names = [t.name for ts in gemm_tiles.TILES.values() for t in ts]
+    X, y = [], []
+    for r, tile, split in rows:
+        f = gemm_tiles.features(tile, split, r["m"], r["n"], r["k"])
+        x = np.zeros(2 * len(names) + 4)
+        x[names.index(tile.name)] = f["latency_steps"]
+        x[len(names) + names.index(tile.name)] = f["throughput_steps"]
+        x[-4:] = [1, f["per_sm"], f["split"], f["split_size"]]
+        X.append(x / r["own_us"])
+        y.append(1.0)
+    try:
+        from scipy.optimize import nnls
+        coef, _ = nnls(np.array(X), np.array(y), maxiter=20000)
+    except ImportError:   # plain least squares, negative constants clipped
+        coef = np.clip(np.linalg.lstsq(np.array(X), np.array(y), rcond=None)[0], 0, None)
+    coef = [round(float(c), 4) for c in coef]
+    model = {"f0": coef[-4], "per_block": coef[-3], "split0": coef[-2], "split1": coef[-1],
+             "tiles": {name: [coef[i], coef[len(names) + i]] for i, name in enumerate(names)}}
+    best = {}
+    for r, tile, split in rows:
+        key = (r["m"], r["n"], r["k"], r["ta"], r["tb"], r["precision"])
+        if key not in best or r["own_us"] < best[key]["us"]:
+            best[key] = {"m": r["m"], "n": r["n"], "k": r["k"], "trans_a": bool(r["ta"]), "trans_b": bool(r["tb"]),
+                         "precision": r["precision"], "batch": 1, "tile": tile.name, "split": split,
+                         "us": round(r["own_us"], 3), "name": r["name"]}
+    return {"gpu": result["gpu"], "commit": result["commit"], "source": "bench/gemm_bench.py --sweep",
+            "model": model, "measured": list(best.values())}
+
+
 def commit() -> str | None:
     """The checkout's commit (GC_BENCH_COMMIT overrides it, for a copy of the tree without .git)."""
     if os.environ.get("GC_BENCH_COMMIT"):
@@ -274,8 +319,14 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time every catalogue tile at the MLP's shapes")
     parser.add_argument("--json", default=None, help="write the results to this file")
     parser.add_argument("--workdir", default=None, help="keep the generated sources and binary here")
+    parser.add_argument("--calibrate", metavar="OUT", default=None,
+                        help="with --sweep (or --from): write the tile calibration (gcompile/gemm_tiles_sm90.json)")
+    parser.add_argument("--from", dest="source", metavar="JSON", default=None,
+                        help="use the results in this file (from --json) instead of running")
     args = parser.parse_args(argv)
-    result = run(args.quick, args.sweep, args.workdir)
+    result = json.loads(Path(args.source).read_text()) if args.source else run(args.quick, args.sweep, args.workdir)
+    if args.calibrate:
+        Path(args.calibrate).write_text(json.dumps(calibrate(result), indent=1) + "\n")
     print(table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
