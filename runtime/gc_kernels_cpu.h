@@ -1,47 +1,47 @@
 // gc_kernels_cpu.h — the cpu target's versions of the generic kernels (same names and signatures as
-// gc_kernels_cuda.cuh): plain loops, parallel over independent outputs with OpenMP. Each output is
+// gc_gemm_cuda.cuh and gc_kernels_cuda.cuh): plain loops, parallel over independent outputs with OpenMP. Each output is
 // accumulated by one thread in a fixed order, so results do not depend on the thread count. Sums are
 // accumulated in double: at the reference experiment's lr = 1.0 the training trajectory amplifies float32
 // rounding, and double accumulation keeps the cpu target on the float64 trajectory.
 #include <omp.h>
 #include <vector>
 
-// The GEMM epilogue that stores the product as it is (see gc_kernels_cuda.cuh).
-struct gc_ep_store { template <typename T> GC_HD T operator()(int, int, int, T acc) const { return acc; } };
-
-// C[b] (M, N) = ep(b, m, n, op(A[b]) @ op(B[b])) for b < batch, A[b] = A + b * sa, likewise B and C; loop
-// orders chosen per transpose case so the innermost loop is contiguous; rows of every b in parallel.
-template <typename T, bool TA, bool TB, class Ep = gc_ep_store>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep = Ep(), int batch = 1,
-                   long long sa = 0, long long sb = 0, long long sc = 0) {
+// GEMM (signature and meaning in gc_gemm.h; the tile is a cuda setting and ignored here). Loop orders are
+// chosen per transpose case so the innermost loop is contiguous; each output is summed in double by one
+// thread, in k order, and passed through the epilogue as it is stored.
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
+                   long long sb = 0, long long sc = 0) {
+    GC_TRY(gc_gemm_check<Tile>(M, N, K, batch));
 #pragma omp parallel
     {
         std::vector<double> acc(N);
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < (int64_t)batch * M; row++) {
-            const int b = (int)(row / M), m = (int)(row % M);
-            const T* Ab = A + b * sa;
-            const T* Bb = B + b * sb;
-            T* c = C + b * sc + (size_t)m * N;
-            if (TB) {       // B is (N, K): each output is a dot product of two rows
-                for (int n = 0; n < N; n++) {
-                    const T* bn = Bb + (size_t)n * K;
-                    double s = 0;
-                    if (TA) for (int k = 0; k < K; k++) s += (double)Ab[(size_t)k * M + m] * bn[k];
-                    else {
-                        const T* a = Ab + (size_t)m * K;
+#pragma omp for schedule(static) collapse(2)
+        for (int b = 0; b < batch; b++) {
+            for (int m = 0; m < M; m++) {
+                const T* Ab = A + b * sa;
+                const T* Bb = B + b * sb;
+                T* c = C + b * sc + (size_t)m * N;
+                if (TB) {       // B is (N, K): each output is a dot product of two rows
+                    for (int n = 0; n < N; n++) {
+                        const T* r = Bb + (size_t)n * K;
+                        double s = 0;
+                        if (TA) for (int k = 0; k < K; k++) s += (double)Ab[(size_t)k * M + m] * r[k];
+                        else {
+                            const T* a = Ab + (size_t)m * K;
 #pragma omp simd reduction(+ : s)
-                        for (int k = 0; k < K; k++) s += (double)a[k] * bn[k];
+                            for (int k = 0; k < K; k++) s += (double)a[k] * r[k];
+                        }
+                        acc[n] = s;
                     }
-                    c[n] = ep(b, m, n, (T)s);
-                }
-            } else {        // B is (K, N): accumulate scaled rows of B
-                for (int n = 0; n < N; n++) acc[n] = 0;
-                for (int k = 0; k < K; k++) {
-                    const double a = TA ? Ab[(size_t)k * M + m] : Ab[(size_t)m * K + k];
-                    const T* bk = Bb + (size_t)k * N;
+                } else {        // B is (K, N): accumulate scaled rows of B
+                    for (int n = 0; n < N; n++) acc[n] = 0;
+                    for (int k = 0; k < K; k++) {
+                        const double a = TA ? Ab[(size_t)k * M + m] : Ab[(size_t)m * K + k];
+                        const T* r = Bb + (size_t)k * N;
 #pragma omp simd
-                    for (int n = 0; n < N; n++) acc[n] += a * bk[n];
+                        for (int n = 0; n < N; n++) acc[n] += a * r[n];
+                    }
                 }
                 for (int n = 0; n < N; n++) c[n] = ep(b, m, n, (T)acc[n]);
             }

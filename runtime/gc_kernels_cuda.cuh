@@ -1,6 +1,6 @@
 // gc_kernels_cuda.cuh — generic CUDA kernels the generated launchers instantiate with static shapes:
-// tiled GEMM (all transpose cases), softmax / log-softmax along one axis, softmax cross-entropy, the
-// batch gather (uint8 -> float on the device) and the accuracy count. Reductions use a fixed-shape tree
+// softmax / log-softmax along one axis, softmax cross-entropy, the batch gather (uint8 -> float on the
+// device) and the accuracy count (the GEMM is gc_gemm_cuda.cuh). Reductions use a fixed-shape tree
 // in shared memory and no atomics on floats, so every run is bit-for-bit reproducible.
 
 #define GC_BLOCK 256
@@ -20,69 +20,6 @@ __device__ T gc_block_reduce(T v, T* shared) {
     T r = shared[0];
     __syncthreads();
     return r;
-}
-
-// The GEMM epilogue that stores the product as it is (the generated code may pass others: the value an
-// epilogue returns for (b, m, n, acc) is what C[b][m, n] receives).
-struct gc_ep_store { template <typename T> GC_HD T operator()(int, int, int, T acc) const { return acc; } };
-
-// C[b] (M, N) = ep(b, m, n, op(A[b]) @ op(B[b])) for b < batch (blockIdx.z), A[b] = A + b * sa, likewise B and
-// C; op(A) is (M, K): A is (M, K), or (K, M) when TA. op(B) is (K, N): B is (K, N), or (N, K) when TB.
-// 64x64 tiles of C per block of 256 threads, 4x4 outputs per thread, K in steps of 16.
-template <typename T, bool TA, bool TB, class Ep>
-__global__ void __launch_bounds__(256) gc_gemm_kernel(const T* __restrict__ A, const T* __restrict__ B,
-                                                      T* __restrict__ C, int M, int N, int K, Ep ep,
-                                                      long long sa, long long sb, long long sc) {
-    __shared__ T As[16][64 + 1];
-    __shared__ T Bs[16][64 + 1];
-    const int batch = blockIdx.z;
-    A += batch * sa;
-    B += batch * sb;
-    C += batch * sc;
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const int m0 = blockIdx.y * 64, n0 = blockIdx.x * 64;
-    T acc[4][4] = {};
-    for (int k0 = 0; k0 < K; k0 += 16) {
-        for (int e = threadIdx.x; e < 64 * 16; e += 256) {
-            // A tile: rows m0..m0+63, cols k0..k0+15; consecutive threads walk the contiguous dimension.
-            int mm, kk;
-            if (TA) { mm = e % 64; kk = e / 64; } else { kk = e % 16; mm = e / 16; }
-            int m = m0 + mm, k = k0 + kk;
-            As[kk][mm] = (m < M && k < K) ? (TA ? A[(size_t)k * M + m] : A[(size_t)m * K + k]) : T(0);
-            int nn, kb;
-            if (TB) { kb = e % 16; nn = e / 16; } else { nn = e % 64; kb = e / 64; }
-            int n = n0 + nn, kB = k0 + kb;
-            Bs[kb][nn] = (n < N && kB < K) ? (TB ? B[(size_t)n * K + kB] : B[(size_t)kB * N + n]) : T(0);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < 16; kk++) {
-            T a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) { a[i] = As[kk][ty + 16 * i]; b[i] = Bs[kk][tx + 16 * i]; }
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
-            if (m < M && n < N) C[(size_t)m * N + n] = ep(batch, m, n, acc[i][j]);
-        }
-}
-
-template <typename T, bool TA, bool TB, class Ep = gc_ep_store>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep = Ep(), int batch = 1,
-                   long long sa = 0, long long sb = 0, long long sc = 0) {
-    dim3 grid((N + 63) / 64, (M + 63) / 64, batch);
-    gc_gemm_kernel<T, TA, TB, Ep><<<grid, 256>>>(A, B, C, M, N, K, ep, sa, sb, sc);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
 }
 
 // softmax (or log-softmax) of x viewed as (outer, length, inner) along the middle axis; one block per row.

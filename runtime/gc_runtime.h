@@ -26,6 +26,15 @@
 #endif
 #endif
 
+// Functions that run on the host and the device (GEMM epilogues); plain functions on the cpu target.
+#ifndef GC_HD
+#ifdef GC_CUDA
+#define GC_HD __host__ __device__
+#else
+#define GC_HD
+#endif
+#endif
+
 enum {
     GC_OK = 0,
     GC_ERR_ARG = 1,      // a caller passed a bad argument (null pointer, wrong size, unknown name)

@@ -24,7 +24,7 @@ def run(args) -> int:
     compiler, flags, _ = compile_flags(target, args.arch)
     program = load_program(args.model, args.batch_size, parse_settings(args.set))
     compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
-                               build_command=" ".join([compiler, *flags]))
+                               build_command=" ".join([compiler, *flags]), precision=args.precision)
     stages = [args.after] if args.after else ["simplify", "schedule", "plan_memory"]
     for stage in stages:
         print(f"==== after {stage} ====")

@@ -75,6 +75,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="passed to program(NAME=VALUE), VALUE a Python literal or text; repeatable, "
                              "e.g. --set optimizer=adam --set batch_norm=False")
+    parser.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                        help="float32 GEMMs in fp32 (default) or on tf32 tensor cores (cuda target)")
 
 
 def compile_model(args, out_dir=None):
@@ -82,4 +84,4 @@ def compile_model(args, out_dir=None):
 
     program = load_program(args.model, args.batch_size, parse_settings(args.set))
     return compile_program(program, target=args.target or default_target(), out_dir=out_dir,
-                           arch=args.arch, source=os.path.relpath(args.model))
+                           arch=args.arch, source=os.path.relpath(args.model), precision=args.precision)

@@ -23,8 +23,11 @@ RUNTIME_HEAD = [
     ("gc_checkpoint.h", "the checkpoint format: atomic save, checked load"),
 ]
 RUNTIME_KERNELS = {
-    "cuda": ("gc_kernels_cuda.cuh", "generic CUDA kernels: GEMM, softmax, cross-entropy, batch gather"),
-    "cpu": ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM, softmax, cross-entropy, batch gather"),
+    "cuda": [("gc_gemm.h", "the GEMM's tile type and plain-store epilogue"),
+             ("gc_gemm_cuda.cuh", "GEMM: register-blocked fp32 / tf32 tensor cores, fused epilogue, split-K"),
+             ("gc_kernels_cuda.cuh", "generic CUDA kernels: softmax, cross-entropy, batch gather")],
+    "cpu": [("gc_gemm.h", "the GEMM's tile type and plain-store epilogue"),
+            ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM, softmax, cross-entropy, batch gather")],
 }
 RUNTIME_CONV = ("gc_kernels_conv.h", "both targets: im2col/col2im, pooling and its gradient, Philox dropout masks")
 RUNTIME_TAIL = [
@@ -113,7 +116,7 @@ def emit(module, plan, kernels, target: str, build_command: str) -> str:
     context = {
         "version": __version__, "source": module.source, "name": module.name, "target": target,
         "build_command": build_command,
-        "runtime_head": runtime_parts(RUNTIME_HEAD + [RUNTIME_KERNELS[target], RUNTIME_CONV]),
+        "runtime_head": runtime_parts(RUNTIME_HEAD + RUNTIME_KERNELS[target] + [RUNTIME_CONV]),
         "runtime_tail": runtime_parts(RUNTIME_TAIL),
         "arena_bytes": plan.arena_bytes, "persistent_bytes": plan.persistent_bytes,
         "lower_bound": plan.lower_bound, "naive_bytes": plan.naive_bytes, "layout": layout,

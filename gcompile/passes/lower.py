@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GCompileError
+from ..gemm_tiles import choose_tile
 from ..graph import Node
 from ..ops import get_op
 from ..ops.conv import windows_of
@@ -94,9 +95,10 @@ def describe(node: Node) -> str:
 
 
 class Lowering:
-    def __init__(self, plan, direction: str):
+    def __init__(self, plan, direction: str, precision: str = "fp32"):
         self.plan = plan
         self.direction = direction
+        self.precision = precision     # "fp32" or "tf32": the GEMMs' arithmetic (gemm_tiles.py)
 
     def pointer(self, node: Node, const=True) -> str:
         """C expression of a node's typed pointer into the arena `A`."""
@@ -201,14 +203,16 @@ class Lowering:
     def lower_matmul(self, node: Node):
         a, b = node.inputs
         m, n = node.shape[-2:]
-        k = a.shape[-2] if node.attrs["trans_a"] else a.shape[-1]
+        ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
+        k = a.shape[-2] if ta else a.shape[-1]
         batch = node.shape[0] if node.ndim == 3 else 1
         # a stack's matrices follow each other; a shared matrix (2-D, or a stack of one) has stride 0
         sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
+        precision = self.precision if node.dtype == "float32" else "fp32"   # tf32 is for float32 only
         return "matmul", {"a": self.pointer(a), "b": self.pointer(b), "c": self.pointer(node, const=False),
-                          "m": m, "n": n, "k": k, "trans_a": int(node.attrs["trans_a"]),
-                          "trans_b": int(node.attrs["trans_b"]), "ctype": C_TYPES[node.dtype],
-                          "batch": batch, "sa": sa, "sb": sb, "sc": m * n}
+                          "m": m, "n": n, "k": k, "trans_a": int(ta), "trans_b": int(tb),
+                          "ctype": C_TYPES[node.dtype], "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
+                          "tile": choose_tile(m, n, k, ta, tb, precision, batch)}
 
     def softmax_like(self, node: Node, log: bool):
         (x,) = node.inputs
@@ -283,11 +287,11 @@ class Lowering:
                                      f"{seed}ull, {dropout_threshold(rate)}u, {keep})")
 
 
-def lower(schedules: dict[str, list[Node]], plan) -> dict[str, list[Kernel]]:
+def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32") -> dict[str, list[Kernel]]:
     """Kernel specs for each schedule, in schedule order. Kernel names are unique across schedules."""
     out, index = {}, 0
     for direction, order in schedules.items():
-        lowering, kernels = Lowering(plan, direction), []
+        lowering, kernels = Lowering(plan, direction, precision), []
         for node in order:
             kernel = lowering.kernel(node, index)
             if kernel is not None:

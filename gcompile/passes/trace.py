@@ -28,6 +28,7 @@ class Module:
     train_inputs: list[Node] = field(default_factory=list)
     eval_inputs: list[Node] = field(default_factory=list)
     kernels: dict[str, int] = field(default_factory=dict)   # kernel launches per step of each graph (lower)
+    precision: str = "fp32"                  # the GEMMs' arithmetic: "fp32" or "tf32" (gemm_tiles.py)
 
     @property
     def graphs(self) -> dict[str, list[Node]]:
@@ -82,6 +83,7 @@ class Module:
             "variables": [dict(row(v), trainable=bool(v.attrs.get("trainable", True))) for v in self.variables],
             "layout_hash": f"{self.layout_hash:016x}", "init_file": self.init_file,
             "kernels": {"train": self.kernels.get("train", 0), "eval": self.kernels.get("eval", 0)},
+            "precision": self.precision,
         }
 
 
