@@ -17,18 +17,10 @@
 #define GC_CUDA 1
 #include <cuda_runtime.h>
 #endif
-// Functions that kernels of both targets call: host and device code on cuda, plain functions on the cpu.
+// Functions that kernels of both targets call (the permutation, conv gathers, GEMM epilogues): host and
+// device code on cuda, plain functions on the cpu.
 #ifndef GC_HD
 #ifdef __CUDACC__
-#define GC_HD __host__ __device__
-#else
-#define GC_HD
-#endif
-#endif
-
-// Functions that run on the host and the device (GEMM epilogues); plain functions on the cpu target.
-#ifndef GC_HD
-#ifdef GC_CUDA
 #define GC_HD __host__ __device__
 #else
 #define GC_HD
@@ -67,15 +59,6 @@ static int gc_fail(int code, const char* fmt, ...) {
 #define GC_LAUNCH_CHECK() GC_CUDA_TRY(cudaGetLastError())
 #else
 #define GC_LAUNCH_CHECK() do {} while (0)
-#endif
-
-// Functions for both the host and the device (the permutation; GEMM epilogues).
-#ifndef GC_HD
-#ifdef GC_CUDA
-#define GC_HD __host__ __device__
-#else
-#define GC_HD
-#endif
 #endif
 
 // ---- device memory: the only place the program allocates on the device ----------------------------
