@@ -72,8 +72,9 @@ def compile_flags(target: str, arch: str | None, cudart: str = "static") -> tupl
         gencode = [f"-gencode=arch=compute_{number},code=[sm_{number},compute_{number}]"]
         if cudart not in ("static", "shared"):
             raise BuildError(f"cudart must be 'static' or 'shared', not {cudart!r}")
-        return "nvcc", ["-O3", "-std=c++17", *gencode, "-Xcompiler", "-fPIC,-fvisibility=hidden"], \
-            [*gencode, f"-cudart={cudart}"]
+        # kernel launches go to the per-thread default stream: the runtime captures them into CUDA graphs
+        return "nvcc", ["-O3", "-std=c++17", *gencode, "--default-stream", "per-thread",
+                        "-Xcompiler", "-fPIC,-fvisibility=hidden"], [*gencode, f"-cudart={cudart}"]
     compiler = os.environ.get("CXX", "c++")
     return compiler, ["-O3", "-std=c++17", "-fopenmp", "-fPIC", "-fvisibility=hidden"], ["-fopenmp"]
 

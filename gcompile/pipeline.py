@@ -12,6 +12,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+from .gemm_tiles import check_precision
 from .graph import format_graph
 from .passes.emit import emit
 from .passes.fuse import describe_groups, fuse
@@ -40,9 +41,10 @@ def graphs_text(graphs: dict) -> str:
 
 
 def compile_program(program, target: str = "cuda", name: str = "model", source: str = "<python>",
-                    build_command: str = "") -> CompiledSource:
+                    build_command: str = "", precision: str = "fp32") -> CompiledSource:
     stages = {}
     module = trace(program, name, source)
+    module.precision = check_precision(precision)
     stages["trace"] = graphs_text(module.graphs)
 
     # one call for both graphs, so the nodes they share stay one node
@@ -70,7 +72,8 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     check_plan(plan)
     stages["plan_memory"] = plan.format()
 
-    kernels = lower(schedules, plan)
+    kernels = lower(schedules, plan, precision)
+    module.kernels = {g: len(ks) for g, ks in kernels.items()}   # one launch per lowered kernel
     stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<6} {k.comment}" for ks in kernels.values() for k in ks)
     made = {}                           # the fuse stage names the kernel each group became
     for g, ks in kernels.items():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..build import compile_flags
 from ..errors import GCompileError
-from .model_file import add_model_arguments, default_target, load_program
+from .model_file import add_model_arguments, default_target, load_program, parse_settings
 
 
 def add_arguments(parser) -> None:
@@ -23,9 +23,9 @@ def run(args) -> int:
         raise GCompileError(f"--after: unknown pass {args.after!r}; the passes are {', '.join(PASSES)}")
     target = args.target or default_target()
     compiler, flags, _ = compile_flags(target, args.arch)
-    program = load_program(args.model, args.batch_size)
+    program = load_program(args.model, args.batch_size, parse_settings(args.set))
     compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
-                               build_command=" ".join([compiler, *flags]))
+                               build_command=" ".join([compiler, *flags]), precision=args.precision)
     stages = [args.after] if args.after else ["fuse", "schedule", "plan_memory"]
     for stage in stages:
         print(f"==== after {stage} ====")

@@ -16,15 +16,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GCompileError
+from ..gemm_tiles import choose_tile
 from ..graph import Node
 from ..ops import get_op
 from .fuse import REDUCTIONS, Group, Layout, strides
+from ..ops.conv import windows_of
+from ..ops.random import dropout_threshold
 from .plan_memory import is_literal, storage_root
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "uint8": "uint8_t"}
 NO_KERNEL = {"placeholder", "variable", "constant", "reshape", "group_output"}
 BLOCK = 256                      # threads per block of every fused kernel (GC_BLOCK in the runtime)
-GEMM_TILE = "gc_tile<64, 64, 16, 4, 4, 0>"   # the runtime's GEMM ignores it until tile choice exists
 GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
 
 
@@ -101,9 +103,10 @@ def threads(layout: Layout) -> tuple[int, int]:
 
 
 class Lowering:
-    def __init__(self, plan, direction: str):
+    def __init__(self, plan, direction: str, precision: str = "fp32"):
         self.plan = plan
         self.direction = direction
+        self.precision = precision     # "fp32" or "tf32": the GEMMs' arithmetic (gemm_tiles.py)
 
     def pointer(self, node: Node, const=True) -> str:
         """C expression of a node's typed pointer into the arena `A`."""
@@ -136,13 +139,15 @@ class Lowering:
     def gemm(self, node: Node, operands, c: str, epilogue: dict | None) -> dict:
         a, b = operands
         m, n = node.shape[-2:]
-        k = a.shape[-2] if node.attrs["trans_a"] else a.shape[-1]
+        ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
+        k = a.shape[-2] if ta else a.shape[-1]
         batch = node.shape[0] if node.ndim == 3 else 1
         # a stack's matrices follow each other; a shared matrix (2-D, or a stack of one) has stride 0
         sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
         return {"a": self.pointer(a), "b": self.pointer(b), "c": c, "m": m, "n": n, "k": k,
-                "trans_a": int(node.attrs["trans_a"]), "trans_b": int(node.attrs["trans_b"]),
-                "ctype": C_TYPES[node.dtype], "tile": GEMM_TILE, "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
+                "trans_a": int(ta), "trans_b": int(tb), "ctype": C_TYPES[node.dtype],
+                "tile": choose_tile(m, n, k, ta, tb, self.precision if node.dtype == "float32" else "fp32", batch),
+                "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
                 "epilogue": epilogue}
 
     def lower_fused(self, node: Node):
@@ -160,6 +165,62 @@ class Lowering:
             first += body["blocks"]
             segments.append(body)
         return "fused", {"segments": segments, "blocks": first}
+
+    # --- convolutional networks: one gather per output element (runtime/gc_kernels_conv.h) ------------
+    # These ops are not elementwise (each output element gathers a window), so fuse leaves them alone and
+    # each becomes a `map` kernel: out[i] = expr(i).
+    def map_kernel(self, node: Node, expr: str):
+        return "map", {"out": self.pointer(node, const=False), "n": node.size, "expr": expr,
+                       "blocks": blocks_for(node.size)}
+
+    def window(self, node: Node, image_shape) -> str:
+        """The gc_window literal of a window op over images of `image_shape` (N, C, H, W)."""
+        n, c, h, w = image_shape
+        (kh, kw), s, p = node.attrs["kernel"], node.attrs["stride"], node.attrs["padding"]
+        oh, ow = windows_of(h, kh, s, p), windows_of(w, kw, s, p)
+        return f"gc_window{{{n}, {c}, {h}, {w}, {kh}, {kw}, {oh}, {ow}, {s}, {p}}}"
+
+    def lower_im2col(self, node: Node):
+        (x,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_im2col_at<{ctype}>({self.pointer(x)}, {self.window(node, x.shape)}, i)")
+
+    def lower_col2im(self, node: Node):
+        (cols,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_col2im_at<{ctype}>({self.pointer(cols)}, "
+                                     f"{self.window(node, node.shape)}, i)")
+
+    def pool(self, node: Node, is_max: bool):
+        (x,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_at<{ctype}, {str(is_max).lower()}>({self.pointer(x)}, "
+                                     f"{self.window(node, x.shape)}, i)")
+
+    def lower_max_pool2d(self, node):
+        return self.pool(node, True)
+
+    def lower_avg_pool2d(self, node):
+        return self.pool(node, False)
+
+    def lower_max_pool2d_grad(self, node: Node):
+        x, g = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_grad_at<{ctype}, true>({self.pointer(x)}, {self.pointer(g)}, "
+                                     f"{self.window(node, x.shape)}, i)")
+
+    def lower_avg_pool2d_grad(self, node: Node):
+        (g,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_grad_at<{ctype}, false>(({ctype}*)0, {self.pointer(g)}, "
+                                     f"{self.window(node, node.shape)}, i)")
+
+    def lower_dropout_mask(self, node: Node):
+        (step,) = node.inputs
+        rate, seed = node.attrs["rate"], node.attrs["seed"]
+        keep = c_literal(1.0 / (1.0 - rate), node.dtype)  # the literal rounds as numpy's dtype.type() does
+        return self.map_kernel(node, f"gc_dropout_mask_at<{C_TYPES[node.dtype]}>(i, {self.operand(step, '0')}, "
+                                     f"{seed}ull, {dropout_threshold(rate)}u, {keep})")
 
 
 class GroupCode:
@@ -371,11 +432,11 @@ class GroupCode:
                 "ctype": C_TYPES[matmul.dtype]}, stored
 
 
-def lower(schedules: dict[str, list[Node]], plan) -> dict[str, list[Kernel]]:
+def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32") -> dict[str, list[Kernel]]:
     """Kernel specs for each schedule, in schedule order. Kernel names are unique across schedules."""
     out, index = {}, 0
     for direction, order in schedules.items():
-        lowering, kernels = Lowering(plan, direction), []
+        lowering, kernels = Lowering(plan, direction, precision), []
         for node in order:
             kernel = lowering.kernel(node, index)
             if kernel is not None:
