@@ -31,10 +31,6 @@ __device__ T gc_block_reduce(T v, T* shared) {
     return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, shared);
 }
 
-    GC_LAUNCH_CHECK();
-    return GC_OK;
-}
-
 // ---- the trainer's kernels -------------------------------------------------------------------------
 // A training step in the trainer's graph is gather -> the step's kernels; a replayed chunk of steps ends
 // with gc_steps_done. The batch position comes from the device-side cursor, so a graph replays unchanged.

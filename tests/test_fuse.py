@@ -85,7 +85,7 @@ def test_mlp_groups_and_kernel_counts():
         "g4 gemm: GEMM 64x12 with an epilogue of 1 node(s)",          # relu mask of the backward
         "g5 gemm: GEMM 64x16 with an epilogue of 1 node(s)",
         "g6 gemm: GEMM 20x16 with an epilogue of 3 node(s)",          # dW1 and the SGD update of W1
-        "g7 multi: one kernel over 3 segments g7.0, g7.1, g7.2",      # bias gradients and updates
+        "g7 multi: one kernel over 4 segments g7.0, g7.1, g7.2, g7.3",  # bias gradients and updates, step + 1
         "g8 gemm: GEMM 16x12 with an epilogue of 3 node(s)",
         "g9 gemm: GEMM 12x10 with an epilogue of 3 node(s)",
     ]
@@ -353,4 +353,6 @@ def test_inspect_after_fuse_shows_groups_and_their_kernels(capsys):
     assert groups[0] == "g0 gemm: GEMM 1000x10 with an epilogue of 1 node(s)"
     assert re.fullmatch(r"    kernel:  k0_fused_add_\d+ \(train\), k4_fused_add_\d+ \(eval\)", groups[1])
     assert re.fullmatch(r"    members: matmul_\d+, add_\d+", groups[2])
-    assert groups[-1] == "    writes:  b1 (assigned)" and len(groups) == 4 * 4
+    # the last group: the bias update and the step counter's increment, one kernel of two segments
+    assert groups[-1] == "      writes:  step (assigned)" and "      writes:  b1 (assigned)" in groups
+    assert len(groups) == 4 * 4 + 2 * 3 - 2

@@ -310,8 +310,8 @@ class Group:
             return f"one kernel over {len(self.segments)} segments " + ", ".join(s.describe() for s in self.segments)
         lay = self.layout
         if self.kind == "gemm":
-            m, n = self.members[0].shape
-            return f"GEMM {m}x{n} with an epilogue of {len(self.members) - 1} node(s)"
+            shape = "x".join(map(str, self.members[0].shape))
+            return f"GEMM {shape} with an epilogue of {len(self.members) - 1} node(s)"
         if not lay.axes:
             return f"map over {lay.slices} elements of {list(lay.domain)}"
         phases = max((lay.level[m] for m in self.members if m.op in REDUCTIONS), default=0)
