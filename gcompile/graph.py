@@ -165,8 +165,19 @@ def tanh(x): return Node("tanh", (x,))
 def sigmoid(x): return Node("sigmoid", (x,))
 def relu(x): return Node("relu", (x,))
 def relu_grad(x, g): return Node("relu_grad", (x, g))
+def isfinite(x): return Node("isfinite", (x,))
 def zeros_like(x): return Node("zeros_like", (x,))
 def ones_like(x): return Node("ones_like", (x,))
+
+
+def where(cond, a, b):
+    """a where cond is nonzero, else b (broadcasting all three); a Python number adopts the other's dtype."""
+    if not isinstance(cond, Node):
+        raise ShapeError(f"where: the condition must be a graph node, got {type(cond).__name__}")
+    if not isinstance(a, Node) and not isinstance(b, Node):
+        raise ShapeError("where: at least one of the two values must be a graph node")
+    a = as_node(a, like=b if isinstance(b, Node) else None)
+    return Node("where", (cond, a, as_node(b, like=a)))
 
 
 def pow(x, exponent: float):  # noqa: A001 - mirrors numpy's name

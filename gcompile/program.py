@@ -8,12 +8,15 @@ from .autodiff import gradients
 from .errors import GCompileError
 from .executor import leaves_of
 from .graph import Node
+from .init import Constant
+from .optim import guarded
 
 
 class Program:
     """A training program. `train_outputs` are the loss and the update nodes of one step;
     `eval_outputs` the named outputs (for `predict`/`forward`). The batch size is the leading dimension
-    every input shares."""
+    every input shares. With an optimizer, the program also holds the int32 variable `step` (the steps run)
+    and the numerical guard's variables (gcompile/optim.py), and every update is guarded."""
 
     def __init__(self, loss: Node, params: Sequence[Node], optimizer=None,
                  outputs: Mapping[str, Node] | None = None, name: str = "model"):
@@ -31,7 +34,12 @@ class Program:
         unused = [p.name for p, g in zip(self.params, self.grads) if g.op == "zeros_like"]
         if unused:
             raise GCompileError(f"Program: the loss does not depend on parameter(s) {unused}")
-        self.updates = optimizer.updates(self.params, self.grads, loss.dtype) if optimizer else []
+        self.updates = []
+        if optimizer:
+            # the step counter: counts every training step run (skipped ones too); LR schedules read it
+            self.step = G.variable("step", (), init=Constant(0), dtype="int32", trainable=False)
+            updates = optimizer.updates(self.params, self.grads, loss.dtype, step=self.step)
+            self.updates = guarded(updates, loss, self.step) + [G.assign(self.step, self.step + 1)]
         order = G.topological_order(self.train_outputs + list(self.outputs.values()))
         self.inputs = leaves_of(order, "placeholder")
         batches = {p.shape[0] for p in self.inputs if p.shape}

@@ -1,5 +1,6 @@
 // gc_data.h — host-side readers for .npy (v1-v3, C order, little endian) and uncompressed IDX files.
 // Every header field and the exact byte count are validated; errors name the file and the byte offset.
+#include <sys/stat.h>
 
 enum { GC_U8 = 0, GC_I32 = 1, GC_F32 = 2, GC_I64 = 3, GC_F64 = 4 };
 static const char* gc_dtype_names[] = {"uint8", "int32", "float32", "int64", "float64"};
@@ -17,18 +18,30 @@ static void gc_array_free(gc_array* a) { free(a->data); a->data = NULL; }
 
 static int gc_read_file(const char* path, unsigned char** out, size_t* size) {
     *out = NULL;
+    *size = 0;
     FILE* f = fopen(path, "rb");
     if (!f) return gc_fail(GC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return gc_fail(GC_ERR_IO, "%s: cannot seek", path); }
-    long n = ftell(f);
-    rewind(f);
-    unsigned char* buf = (unsigned char*)malloc(n > 0 ? (size_t)n : 1);
-    if (!buf) { fclose(f); return gc_fail(GC_ERR_MEMORY, "%s: cannot allocate %ld bytes", path, n); }
-    size_t got = fread(buf, 1, (size_t)n, f);
+    struct stat info;
+    if (fstat(fileno(f), &info) != 0 || !S_ISREG(info.st_mode)) {
+        fclose(f);
+        return gc_fail(GC_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t n = (size_t)info.st_size;
+    unsigned char* buf = (unsigned char*)malloc(n ? n : 1);
+    if (!buf) { fclose(f); return gc_fail(GC_ERR_MEMORY, "%s: cannot allocate %zu bytes", path, n); }
+    size_t got = fread(buf, 1, n, f);
     fclose(f);
-    if (got != (size_t)n) { free(buf); return gc_fail(GC_ERR_IO, "%s: short read (%zu of %ld bytes)", path, got, n); }
+    if (got != n) { free(buf); return gc_fail(GC_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, n); }
     *out = buf;
-    *size = (size_t)n;
+    *size = n;
+    return GC_OK;
+}
+
+// count *= d, refusing element counts past 2^40 (a terabyte of uint8: no dataset this reader is for).
+static int gc_grow_count(int64_t* count, int64_t d, const char* path) {
+    if (d < 0 || (d > 0 && *count > ((int64_t)1 << 40) / d))
+        return gc_fail(GC_ERR_FORMAT, "%s: the header's shape has more than 2^40 elements (corrupt header?)", path);
+    *count *= d;
     return GC_OK;
 }
 
@@ -88,8 +101,8 @@ static int gc_parse_npy(const char* path, unsigned char* buf, size_t size, gc_ar
         long long d = strtoll(p, &end, 10);
         if (end == p || d < 0 || out->ndim == 8)
             return gc_fail(GC_ERR_FORMAT, "%s: cannot parse shape %.40s", path, shape);
+        GC_TRY(gc_grow_count(&out->count, d, path));
         out->dims[out->ndim++] = d;
-        out->count *= d;
         p = end;
     }
     size_t data_start = start + header_len;
@@ -117,8 +130,8 @@ static int gc_parse_idx(const char* path, unsigned char* buf, size_t size, gc_ar
     out->count = 1;
     for (int i = 0; i < ndim; i++) {
         const unsigned char* d = buf + 4 + 4 * i;
-        out->dims[i] = ((int64_t)d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3];
-        out->count *= out->dims[i];
+        out->dims[i] = ((int64_t)d[0] << 24) | ((int64_t)d[1] << 16) | ((int64_t)d[2] << 8) | d[3];
+        GC_TRY(gc_grow_count(&out->count, out->dims[i], path));
     }
     if (size - start != (size_t)out->count)
         return gc_fail(GC_ERR_FORMAT, "%s: expected %lld data bytes after the header at byte %zu, found %zu",

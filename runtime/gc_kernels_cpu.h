@@ -103,7 +103,7 @@ static int gc_count_correct(const float* logits, const int32_t* y, int count, in
 }
 
 static int gc_track_loss(const float* loss, double* sums) {
-    sums[0] += *loss;
+    if (isfinite(*loss)) sums[0] += *loss;
     sums[1] = *loss;
     return GC_OK;
 }

@@ -176,9 +176,10 @@ static int gc_count_correct(const float* logits, const int32_t* y, int count, in
     return GC_OK;
 }
 
-// sums[0] += *loss; sums[1] = *loss (the epoch's running total and its last value, kept on the device).
+// sums[0] += *loss when it is finite (a step the guard skipped adds nothing); sums[1] = *loss: the epoch's
+// running total and its last value, kept on the device.
 __global__ void gc_track_loss_kernel(const float* loss, double* sums) {
-    sums[0] += *loss;
+    if (isfinite(*loss)) sums[0] += *loss;
     sums[1] = *loss;
 }
 

@@ -27,7 +27,7 @@ enum {
     GC_ERR_NUMERIC = 6,  // a non-finite loss
 };
 
-static char gc_error_message[1024];
+static thread_local char gc_error_message[1024];  // per thread: Python may call from several
 
 static int gc_fail(int code, const char* fmt, ...) {
     va_list ap;
@@ -36,6 +36,9 @@ static int gc_fail(int code, const char* fmt, ...) {
     va_end(ap);
     return code;
 }
+
+#define GC_STR_(...) #__VA_ARGS__
+#define GC_STR(...) GC_STR_(__VA_ARGS__)
 
 // Return early with the code of a failing call (its message is already recorded).
 #define GC_TRY(expr) do { int gc_rc_ = (expr); if (gc_rc_ != GC_OK) return gc_rc_; } while (0)
@@ -51,14 +54,51 @@ static int gc_fail(int code, const char* fmt, ...) {
 #define GC_LAUNCH_CHECK() do {} while (0)
 #endif
 
-// ---- device memory: the only place the program allocates on the device ----------------------------
+// ---- the device: present, able to run this program's kernels, memory ----------------------------------
+#ifdef GC_CUDA
+__global__ void gc_probe_kernel() {}
+
+// Before anything else: is there a device, and does this program hold kernels it can run (machine code for
+// its architecture, or PTX its driver can compile)? Both failures otherwise surface later as puzzles.
+static int gc_device_check(void) {
+    int count = 0, device = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return gc_fail(GC_ERR_DEVICE, "no usable CUDA device (%s); this program was built for the cuda target: "
+                       "build it with target='cpu' (gcompile build --target cpu) to run without a GPU",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "the runtime found 0 devices");
+    }
+    cudaFuncAttributes attr;
+    e = cudaFuncGetAttributes(&attr, gc_probe_kernel);
+    if (e != cudaSuccess) {
+        cudaDeviceProp p;
+        memset(&p, 0, sizeof p);
+        cudaGetLastError();
+        if (cudaGetDevice(&device) == cudaSuccess) cudaGetDeviceProperties(&p, device);
+        cudaGetLastError();
+        return gc_fail(GC_ERR_DEVICE, "the GPU %s is sm_%d%d, but this program's kernels were built for compute "
+                       "architecture(s) %s and cannot run on it (%s); rebuild with --arch sm_%d%d",
+                       p.name, p.major, p.minor, GC_STR(__CUDA_ARCH_LIST__), cudaGetErrorString(e), p.major, p.minor);
+    }
+    return GC_OK;
+}
+#else
+static int gc_device_check(void) { return GC_OK; }
+#endif
+
 static int gc_device_alloc(void** out, size_t bytes, const char* what) {
 #ifdef GC_CUDA
     cudaError_t e = cudaMalloc(out, bytes);
     if (e != cudaSuccess) {
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        cudaGetLastError();
         *out = NULL;
-        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes of device memory for the %s: %s",
-                       bytes, what, cudaGetErrorString(e));
+        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes (%.2f GiB) of device memory for the %s: %s "
+                       "(the device has %.2f GiB free of %.2f GiB)", bytes, bytes / 1073741824.0, what,
+                       cudaGetErrorString(e), free_bytes / 1073741824.0, total_bytes / 1073741824.0);
     }
     return GC_OK;
 #else
@@ -66,7 +106,8 @@ static int gc_device_alloc(void** out, size_t bytes, const char* what) {
     if (bytes == 0) bytes = 256;
     if (posix_memalign(out, 256, bytes) != 0) {
         *out = NULL;
-        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes for the %s", bytes, what);
+        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes (%.2f GiB) of memory for the %s", bytes,
+                       bytes / 1073741824.0, what);
     }
     return GC_OK;
 #endif
@@ -121,6 +162,13 @@ static uint64_t gc_rng_next(uint64_t* state) {
     return z ^ (z >> 31);
 }
 
+// The seed of an epoch's data order: a function of (seed, epoch) alone, so a run resumed at any epoch
+// shuffles exactly as the uninterrupted run did.
+static uint64_t gc_epoch_seed(uint64_t seed, uint64_t epoch) {
+    uint64_t state = seed ^ (epoch * 0xD1B54A32D192ED03ull);
+    return gc_rng_next(&state);
+}
+
 // Fisher-Yates shuffle of idx[0..n) driven by the RNG (unbiased: rejection on the modulo range).
 static void gc_shuffle(int32_t* idx, int64_t n, uint64_t* state) {
     for (int64_t i = n - 1; i > 0; i--) {
@@ -131,5 +179,3 @@ static void gc_shuffle(int32_t* idx, int64_t n, uint64_t* state) {
     }
 }
 
-#define GC_STR_(x) #x
-#define GC_STR(x) GC_STR_(x)

@@ -163,3 +163,25 @@ class Pow(Elementwise):
         e = node.attrs["exponent"]
         x = node.inputs[0]
         return [g * (e * G.pow(x, e - 1.0)) if e != 1.0 else g]
+
+
+# --- selection and the finiteness test (the numerical guard of gcompile/optim.py uses both) --------------
+@register
+class Where(Elementwise):
+    """where(cond, a, b): a where cond is nonzero, else b. cond may have any dtype; a and b share one."""
+    name, arity, c_expr = "where", 3, "({0} ? {1} : {2})"
+    def infer(self, node):
+        _, a, b = node.inputs
+        return broadcast_shapes(self.name, *node.inputs), same_dtype(self.name, a, b)
+    def compute(self, node, cond, a, b): return np.where(cond != 0, a, b)
+    def grad(self, node, g):
+        cond = node.inputs[0]
+        return [None, G.where(cond, g, 0.0), G.where(cond, 0.0, g)]
+
+
+@register
+class IsFinite(Elementwise):
+    """1 where x is neither infinite nor NaN, else 0, in x's dtype (a mask, as equal's)."""
+    name, c_expr, float_only, differentiable = "isfinite", "(isfinite({0}) ? 1 : 0)", True, False
+    def compute(self, node, x): return np.isfinite(x).astype(x.dtype)
+    def grad(self, node, g): return [None]
