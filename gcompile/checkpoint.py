@@ -66,6 +66,9 @@ def encode(ckpt: Checkpoint) -> bytes:
                          ckpt.epoch_step, ckpt.seed, int(ckpt.shuffle), ckpt.loss_sum)]
     for name, arr in ckpt.tensors.items():
         arr = np.asarray(arr, order="C")
+        if arr.dtype.name not in CODES:
+            raise DataError(f"checkpoint: cannot store {arr.dtype.name} (tensor {name!r}); checkpoints hold "
+                            f"{', '.join(CODES)}")
         raw = name.encode()
         parts += [struct.pack("<H", len(raw)), raw, struct.pack("<BB", CODES[arr.dtype.name], arr.ndim),
                   struct.pack(f"<{arr.ndim}Q", *arr.shape), struct.pack("<Q", arr.nbytes), arr.tobytes()]

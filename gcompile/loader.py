@@ -188,6 +188,8 @@ class Model:
 
 
 def c_path(path) -> bytes:
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise GCompileError(f"a path must be a str, bytes or os.PathLike, not {type(path).__name__}")
     raw = os.fsencode(path)
     if b"\0" in raw:
         raise GCompileError(f"path {path!r} contains a NUL byte")
