@@ -190,7 +190,10 @@ class Model:
 def c_path(path) -> bytes:
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise GCompileError(f"a path must be a str, bytes or os.PathLike, not {type(path).__name__}")
-    raw = os.fsencode(path)
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError as e:
+        raise GCompileError(f"path {path!r} cannot be encoded for the file system: {e.reason}") from None
     if b"\0" in raw:
         raise GCompileError(f"path {path!r} contains a NUL byte")
     return raw
