@@ -12,9 +12,9 @@ from .errors import GCompileError
 from .init import Constant
 
 # The guard's variables (int32 scalars, saved in checkpoints like every variable):
-GUARD_SKIP = "guard.skip"                  # 0: a bad step stops every later update; 1: skip the bad step only
-GUARD_NONFINITE = "guard.nonfinite_steps"  # how many steps had a non-finite loss or update
-GUARD_HALTED_AT = "guard.halted_at"        # -1, or the step (counter value) that stopped the updates
+GUARD_SKIP = "guard.skip"                  # 0: a non-finite loss stops every later update; 1: skip that step
+GUARD_NONFINITE = "guard.nonfinite_steps"  # how many steps had a non-finite loss
+GUARD_HALTED_AT = "guard.halted_at"        # -1, or the step (counter value) whose loss stopped the updates
 
 
 class SGD:
@@ -44,24 +44,18 @@ def guard_variable(name: str, value: int):
 
 
 def guarded(updates, loss, step):
-    """Rewrite each `assign(v, new)` into `assign(v, where(ok, new, v))`: ok when the loss and every value the
-    step writes are finite, and the guard has not halted.
+    """Rewrite each `assign(v, new)` into `assign(v, where(ok, new, v))`: ok when the loss is finite and the
+    guard has not halted.
 
-    A bad step counts in guard.nonfinite_steps; unless guard.skip is 1 it also records its step in
+    A non-finite loss counts in guard.nonfinite_steps; unless guard.skip is 1 it also records its step in
     guard.halted_at, which holds every later update, so the last finite state stays in place until a host
-    that looks only now and then sees it. No host synchronisation per step, and the numpy executor runs
-    the same nodes, so it reproduces the guard exactly."""
+    that looks only now and then sees it. No host synchronisation per step, `ok` is known before any update
+    is computed (so an update stays one fusable elementwise pass), and the numpy executor runs the same
+    nodes, so it reproduces the guard exactly. (An update that overflows while the loss is finite is caught
+    when the parameters are saved: checkpoints refuse non-finite values.)"""
     skip, count, halted_at = (guard_variable(GUARD_SKIP, 0), guard_variable(GUARD_NONFINITE, 0),
                               guard_variable(GUARD_HALTED_AT, -1))
-    # x * 0 is 0 for finite x and NaN for inf or NaN: the sum below is finite iff the loss and every new
-    # float value are (no overflow is possible, unlike a plain sum of the values).
-    probe = loss
-    for u in updates:
-        new = u.inputs[1]
-        if new.dtype in G.FLOAT_DTYPES:
-            part = G.reduce_sum(new * 0.0)
-            probe = probe + (part if part.dtype == loss.dtype else G.cast(part, loss.dtype))
-    finite = G.cast(G.isfinite(probe), "int32")
+    finite = G.cast(G.isfinite(loss), "int32")
     running = G.equal(halted_at, -1)
     ok = finite * running
     out = [G.assign(u.inputs[0], G.where(ok, u.inputs[1], u.inputs[0])) for u in updates]

@@ -109,12 +109,11 @@ GC_EXPORT int gc_train_step(gc_model* m, const void* const* inputs, int n, doubl
     GC_TRY(gc_guard_read(m, &g));
     if (g.halted_at < 0) return GC_OK;
     if ((uint64_t)g.halted_at + 1 == m->state.step)
-        return gc_fail(GC_ERR_NUMERIC, "gc_train_step: step %d: non-finite %s (loss %g): its update was not "
-                       "applied, and no later step applies one until guard.halted_at is set back to -1 (set "
-                       "guard.skip to 1 to skip such steps instead)", g.halted_at, isfinite(value) ? "update" : "loss",
-                       value);
-    return gc_fail(GC_ERR_NUMERIC, "gc_train_step: updates are stopped since step %d, whose loss or update was not "
-                   "finite; set guard.halted_at back to -1 to go on", g.halted_at);
+        return gc_fail(GC_ERR_NUMERIC, "gc_train_step: step %d: non-finite loss (%g): its update was not applied, "
+                       "and no later step applies one until guard.halted_at is set back to -1 (set guard.skip to 1 "
+                       "to skip such steps instead)", g.halted_at, value);
+    return gc_fail(GC_ERR_NUMERIC, "gc_train_step: updates are stopped since step %d, whose loss was not finite; "
+                   "set guard.halted_at back to -1 to go on", g.halted_at);
 }
 
 GC_EXPORT int gc_forward(gc_model* m, const void* const* inputs, int n, void* const* outputs, int n_out) {

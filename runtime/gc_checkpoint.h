@@ -12,8 +12,8 @@
 // epoch so far — so a resumed run continues exactly where the saved one was.
 //
 // Written atomically: a temporary file in the same directory, fsync, rename — an existing checkpoint is
-// never replaced by a partial one. Loading checks size, checksum, magic, version and the layout hash first,
-// and only then writes into the model, so a bad file leaves the model unchanged.
+// never replaced by a partial one, nor by one holding a non-finite float. Loading checks size, checksum, magic,
+// version and the layout hash first, and only then writes into the model, so a bad file leaves it unchanged.
 
 #define GC_CKPT_VERSION 2u
 #define GC_CKPT_HEADER_BYTES 72
@@ -78,6 +78,18 @@ static int gc_write_atomic(const char* path, const void* data, size_t n) {
     return GC_OK;
 }
 
+// A checkpoint is a state to go back to: one with an inf or NaN in a float variable is not written.
+static int gc_check_finite(const char* path, const gc_tensor_info* t, const void* host) {
+    size_t n = t->nbytes / gc_dtype_sizes[t->dtype];
+    for (size_t i = 0; i < n; i++) {
+        double v = t->dtype == GC_F32 ? ((const float*)host)[i] : t->dtype == GC_F64 ? ((const double*)host)[i] : 0;
+        if (!isfinite(v))
+            return gc_fail(GC_ERR_NUMERIC, "%s: not saved: variable '%s' holds the non-finite value %g at element %zu",
+                           path, t->name, v, i);
+    }
+    return GC_OK;
+}
+
 static int gc_checkpoint_save(const char* path, const gc_tensor_info* table, int n, uint64_t layout_hash,
                               const gc_train_state* st, const unsigned char* arena) {
     gc_buffer b = {0};
@@ -98,6 +110,7 @@ static int gc_checkpoint_save(const char* path, const gc_tensor_info* table, int
         host = malloc(t->nbytes ? t->nbytes : 1);
         if (!host) { rc = gc_fail(GC_ERR_MEMORY, "cannot allocate %zu bytes", t->nbytes); goto done; }
         if ((rc = gc_copy_to_host(host, arena + t->offset, t->nbytes))) goto done;
+        if ((rc = gc_check_finite(path, t, host))) goto done;
         if ((rc = gc_buf_put(&b, &len, 2)) || (rc = gc_buf_put(&b, t->name, len)) || (rc = gc_buf_put(&b, &dt, 1)) ||
             (rc = gc_buf_put(&b, &nd, 1)) || (rc = gc_buf_put(&b, dims, 8 * (size_t)t->ndim)) ||
             (rc = gc_buf_put(&b, &nbytes, 8)) || (rc = gc_buf_put(&b, host, t->nbytes))) goto done;
@@ -135,7 +148,7 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
     const unsigned char** src = (const unsigned char**)calloc(n ? n : 1, sizeof *src);
     gc_reader r = {file, size >= 4 ? size - 4 : 0, 0, path};
     char magic[8];
-    uint32_t version, count, stored_sum;
+    uint32_t version = 0, count = 0, stored_sum = 0;
     uint64_t head[6];
     double loss_sum;
     if (!src) { rc = gc_fail(GC_ERR_MEMORY, "out of host memory"); goto done; }
@@ -164,18 +177,18 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
         goto done;
     }
     for (uint32_t k = 0; k < count; k++) {
-        uint16_t len;
-        uint8_t dt, nd;
-        uint64_t dims[255], nbytes;
+        uint16_t len = 0;
+        uint8_t dt = 0, nd = 0;
+        uint64_t dims[255], nbytes = 0;
         char name[256];
         size_t at = r.at;
         if ((rc = gc_take(&r, &len, 2, "name length"))) goto done;
         if (len >= sizeof name) { rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: name length %u too long", path, at, len); goto done; }
         if ((rc = gc_take(&r, name, len, "name")) || (rc = gc_take(&r, &dt, 1, "dtype")) || (rc = gc_take(&r, &nd, 1, "ndim")) ||
             (rc = gc_take(&r, dims, 8 * (size_t)nd, "dims")) || (rc = gc_take(&r, &nbytes, 8, "byte count"))) goto done;
-        name[len] = 0;
         int i = 0;
         while (i < n && (strlen(table[i].name) != len || memcmp(table[i].name, name, len) != 0)) i++;
+        gc_printable(name, name, len);   // from here on, the name only appears in messages
         if (i == n) {
             rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: tensor '%s' is not a variable of this program", path, at, name);
             goto done;

@@ -37,6 +37,12 @@ static int gc_read_file(const char* path, unsigned char** out, size_t* size) {
     return GC_OK;
 }
 
+// A file's text as it may appear in a message: printable ASCII, anything else as '?'. dst holds n + 1.
+static void gc_printable(char* dst, const char* src, int n) {
+    for (int i = 0; i < n; i++) dst[i] = src[i] >= 32 && src[i] < 127 ? src[i] : '?';
+    dst[n] = 0;
+}
+
 // count *= d, refusing element counts past 2^40 (a terabyte of uint8: no dataset this reader is for).
 static int gc_grow_count(int64_t* count, int64_t d, const char* path) {
     if (d < 0 || (d > 0 && *count > ((int64_t)1 << 40) / d))
@@ -125,9 +131,12 @@ static int gc_header_parse(gc_header* h, gc_array* out) {
             out->dtype = -1;
             for (int i = 0; i < 5; i++)
                 if (gc_header_is(value, value_n, descrs[i])) out->dtype = i;
-            if (out->dtype < 0)
-                return gc_fail(GC_ERR_FORMAT, "%s: unsupported dtype '%.*s' (need uint8, int32, int64, float32 or "
-                               "float64, little endian)", h->path, value_n < 16 ? value_n : 16, value);
+            if (out->dtype < 0) {
+                char shown[17];
+                gc_printable(shown, value, value_n < 16 ? value_n : 16);
+                return gc_fail(GC_ERR_FORMAT, "%s: unsupported dtype '%s' (need uint8, int32, int64, float32 or "
+                               "float64, little endian)", h->path, shown);
+            }
         } else if (bit == 2) {
             gc_header_space(h);
             if (h->end - h->p >= 4 && !memcmp(h->p, "True", 4))

@@ -349,6 +349,15 @@ static int64_t gc_chunk_end(const gc_options* o, uint64_t step, int64_t s, int64
     return s + to_save < steps ? s + to_save : steps;
 }
 
+// What a failed run leaves behind, for its message.
+static const char* gc_kept(const gc_options* o, const gc_watch* w, char* text, size_t n) {
+    if (w->saved) snprintf(text, n, "the last checkpoint, %s (step %llu), is kept", o->save,
+                           (unsigned long long)w->saved_step);
+    else if (o->resume) snprintf(text, n, "%s, the checkpoint this run resumed, is kept", o->resume);
+    else snprintf(text, n, "this run wrote no checkpoint");
+    return text;
+}
+
 // Look at the guard after a chunk: stop (exit status 3) if a non-finite loss halted the updates, else count
 // the steps it skipped.
 static int gc_guard_check(gc_model* m, const gc_options* o, gc_watch* w) {
@@ -363,16 +372,20 @@ static int gc_guard_check(gc_model* m, const gc_options* o, gc_watch* w) {
     if (in_epoch >= 0 && in_epoch < w->steps)
         snprintf(where, sizeof where, " in epoch %ld, step %lld of %lld", w->epoch, (long long)in_epoch + 1,
                  (long long)w->steps);
-    if (w->saved) snprintf(kept, sizeof kept, "the last checkpoint, %s (step %llu), is kept", o->save,
-                           (unsigned long long)w->saved_step);
-    else if (o->resume) snprintf(kept, sizeof kept, "%s, the checkpoint this run resumed, is kept", o->resume);
-    else snprintf(kept, sizeof kept, "this run wrote no checkpoint");
-    return gc_fail(GC_ERR_NUMERIC, "non-finite loss or update at step %d%s: training stopped with the parameters "
-                   "of the step before; %s (--on-nonfinite skip would skip such steps)", g.halted_at, where, kept);
+    return gc_fail(GC_ERR_NUMERIC, "non-finite loss at step %d%s: training stopped with the parameters of the step "
+                   "before; %s (--on-nonfinite skip would skip such steps)", g.halted_at, where,
+                   gc_kept(o, w, kept, sizeof kept));
 }
 
 static int gc_save_checkpoint(gc_model* m, const gc_options* o, gc_watch* w) {
-    GC_TRY(gc_save(m, o->save));
+    int rc = gc_save(m, o->save);
+    if (rc == GC_ERR_NUMERIC) {   // every loss was finite, but an update overflowed
+        char why[1024], kept[4400];
+        snprintf(why, sizeof why, "%s", gc_last_error());
+        return gc_fail(rc, "after step %llu: %s (an update overflowed, though every loss was finite); %s",
+                       (unsigned long long)m->state.step, why, gc_kept(o, w, kept, sizeof kept));
+    }
+    GC_TRY(rc);
     w->saved = 1;
     w->saved_step = m->state.step;
     return GC_OK;

@@ -22,6 +22,8 @@ from hypothesis.extra import numpy as hnp
 import gcompile as gc
 from gcompile.data import read_idx
 from gcompile.loader import ffi
+from gcompile.passes import simplify
+from gcompile.passes.plan_memory import storage_root
 from graphs import random_graphs
 from reliability import BATCH, CLASSES, FEATURES, resealed, small_program
 
@@ -368,13 +370,19 @@ def test_abi_fuzzing_saw_enough_bad_inputs():
 # --- random graphs: compiled (cpu) == numpy ------------------------------------------------------------------
 @st.composite
 def graph_batches(draw, graphs=6):
-    """Several random graphs (tests/graphs.py) in one program, so one compile checks them all."""
+    """Several random graphs (tests/graphs.py) in one program, so one compile checks them all.
+
+    An output that simplify turns into an assigned variable itself (a transpose of a (1,) vector, say) is
+    left out: the compiled program returns such an output after the step's writes (it is the variable's
+    buffer), the numpy executor before them — the same exception random_graphs makes for reshapes."""
     outputs, feed = [], {}
     for i in range(graphs):
         out, f = draw(random_graphs(prefix=f"g{i}_"))
         outputs += out
         feed.update(f)
-    return outputs, feed
+    assigned = {o.inputs[0] for o in outputs if o.op == "assign"}
+    kept = [o for o, s in zip(outputs, simplify(outputs)) if o.op == "assign" or storage_root(s) not in assigned]
+    return kept, feed
 
 
 @settings(FUZZ, max_examples=6)

@@ -55,13 +55,13 @@ def test_isfinite():
 def batch(seed, bad=False):
     r = np.random.RandomState(seed)
     x = r.uniform(0, 1, (BATCH, FEATURES)).astype(np.float32)
-    if bad:
-        x[1] = np.inf  # relu(inf) = inf: the loss may stay finite, the update cannot
+    if bad:   # with positive first-layer weights every hidden unit is inf, the logits NaN: so is the loss
+        x[1] = np.inf
     return {"x": x, "y": r.randint(0, CLASSES, BATCH).astype(np.int32)}
 
 
 def test_every_program_with_an_optimizer_counts_its_steps():
-    program = small_program()
+    program = small_program(positive=True)
     ex = gc.NumpyExecutor(program.train_outputs)
     assert program.step.name == "step" and program.step.dtype == "int32" and program.step.shape == ()
     assert ex.get_variable("step") == 0
@@ -77,7 +77,7 @@ def snapshot(ex):
 
 @pytest.mark.parametrize("skip", [0, 1], ids=["stop", "skip"])
 def test_a_bad_step_changes_no_parameter(skip):
-    ex = gc.NumpyExecutor(small_program().train_outputs)
+    ex = gc.NumpyExecutor(small_program(positive=True).train_outputs)
     ex.set_variable(GUARD_SKIP, skip)
     ex.run(batch(0))
     before = snapshot(ex)
@@ -96,14 +96,13 @@ def test_a_bad_step_changes_no_parameter(skip):
 
 # --- compiled == numpy ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def small_artifact(tmp_path_factory):
-    return gc.compile(small_program(), target="cpu", out_dir=tmp_path_factory.mktemp("small"))
-
+def positive_artifact(tmp_path_factory):
+    return gc.compile(small_program(positive=True), target="cpu", out_dir=tmp_path_factory.mktemp("positive"))
 
 @pytest.mark.parametrize("skip", [0, 1], ids=["stop", "skip"])
-def test_compiled_guard_matches_numpy(small_artifact, skip):
-    model = gc.load(small_artifact)
-    reference = gc.NumpyExecutor(small_program().train_outputs)
+def test_compiled_guard_matches_numpy(positive_artifact, skip):
+    model = gc.load(positive_artifact)
+    reference = gc.NumpyExecutor(small_program(positive=True).train_outputs)
     model.set(GUARD_SKIP, skip)
     reference.set_variable(GUARD_SKIP, skip)
     for seed in range(6):
@@ -112,7 +111,7 @@ def test_compiled_guard_matches_numpy(small_artifact, skip):
         if skip or seed < 2:
             model.train_step(feed["x"], feed["y"])
         else:   # stop: the ABI reports the bad step, then that updates are held
-            expected = "step 2: non-finite update" if seed == 2 else "updates are stopped since step 2"
+            expected = "step 2: non-finite loss" if seed == 2 else "updates are stopped since step 2"
             with pytest.raises(gc.RuntimeFailure, match=expected):
                 model.train_step(feed["x"], feed["y"])
     for name, value in model.params.items():
@@ -120,11 +119,11 @@ def test_compiled_guard_matches_numpy(small_artifact, skip):
     assert model.params[GUARD_NONFINITE] == 2 and model.params["step"] == 6
 
 
-def test_train_step_names_the_bad_step_and_how_to_go_on(small_artifact):
-    model = gc.load(small_artifact)
+def test_train_step_names_the_bad_step_and_how_to_go_on(positive_artifact):
+    model = gc.load(positive_artifact)
     feed = batch(0, bad=True)
-    with pytest.raises(gc.RuntimeFailure, match=r"gc_train_step: step 0: non-finite update \(loss [0-9.]+\): its "
-                                                r"update was not applied.*guard.halted_at is set back to -1"):
+    with pytest.raises(gc.RuntimeFailure, match=r"gc_train_step: step 0: non-finite loss \(-?nan\): its update was "
+                                                r"not applied.*guard.halted_at is set back to -1"):
         model.train_step(feed["x"], feed["y"])
     model.set(GUARD_HALTED_AT, -1)
     good = batch(1)
@@ -133,11 +132,6 @@ def test_train_step_names_the_bad_step_and_how_to_go_on(small_artifact):
 
 
 # --- the trainer ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def positive_artifact(tmp_path_factory):
-    return gc.compile(small_program(positive=True), target="cpu", out_dir=tmp_path_factory.mktemp("positive"))
-
-
 def poisoned_dataset(folder, bad_example):
     """float32 images; one example holds 3e38s (finite, so the dataset is valid) and overflows its step in a
     program with positive first-layer weights."""
@@ -153,7 +147,7 @@ def test_trainer_stops_at_a_bad_step_and_keeps_the_last_checkpoint(positive_arti
     ckpt = tmp_path / "run.ckpt"
     proc = run_binary(positive_artifact, "train", "--data", data, "--epochs", "2", "--no-shuffle", "--save", ckpt,
                       "--save-every", "2", check=3)
-    assert ("error: non-finite loss or update at step 3 in epoch 1, step 4 of 6: training stopped with the "
+    assert ("error: non-finite loss at step 3 in epoch 1, step 4 of 6: training stopped with the "
             f"parameters of the step before; the last checkpoint, {ckpt} (step 2), is kept") in proc.stderr
     saved = gc.read_checkpoint(ckpt)
     assert saved.step == 2 and saved.epoch_step == 2 and saved.tensors[GUARD_HALTED_AT] == -1
@@ -185,3 +179,28 @@ def test_trainer_skips_bad_steps_as_the_numpy_executor_does(positive_artifact, t
     assert saved.tensors[GUARD_NONFINITE] == 2 and saved.tensors["step"] == 12
     for name, value in saved.tensors.items():
         np.testing.assert_allclose(value, reference.variables[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_overflowing_update_is_never_saved(positive_artifact, tmp_path):
+    """A finite loss whose update overflows passes the guard; the checkpoint writer refuses the result."""
+    good = tmp_path / "good.ckpt"
+    with gc.load(positive_artifact) as model:
+        model.save(good)
+        before = good.read_bytes()
+        model.set("lr", 1e30)
+        feed = batch(0)
+        feed["x"][:] = 1e19                     # a loss around 1e19, finite; gradients around 1e19
+        assert np.isfinite(model.train_step(feed["x"], feed["y"]))
+        with pytest.raises(gc.RuntimeFailure, match=rf"gc_save: {good}: not saved: variable 'W1' holds the "
+                                                    r"non-finite value -?inf at element \d+"):
+            model.save(good)
+    assert good.read_bytes() == before
+
+    data = tmp_path / "data"
+    synthetic_dataset(data, n_train=24, n_valid=8, dtype=np.float32)
+    write_split(data, "train", np.full((24, FEATURES), 1e19, np.float32), np.load(data / "train_labels.npy"))
+    proc = run_binary(positive_artifact, "train", "--data", data, "--lr", "1e30", "--save", good, "--save-every", 1,
+                      check=3)
+    assert (f"error: after step 1: {good}: not saved: variable 'W1' holds the non-finite value" in proc.stderr
+            and "(an update overflowed, though every loss was finite); this run wrote no checkpoint" in proc.stderr)
+    assert good.read_bytes() == before
