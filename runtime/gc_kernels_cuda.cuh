@@ -13,7 +13,8 @@ __device__ T gc_block_reduce(T v, T* shared) {
     for (int s = GC_BLOCK / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) {
             T o = shared[threadIdx.x + s];
-            shared[threadIdx.x] = MAX ? (o > shared[threadIdx.x] ? o : shared[threadIdx.x]) : shared[threadIdx.x] + o;
+            T mine = shared[threadIdx.x];   // a max keeps a NaN, as numpy's does
+            shared[threadIdx.x] = MAX ? (o > mine || o != o ? o : mine) : mine + o;
         }
         __syncthreads();
     }

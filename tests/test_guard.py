@@ -51,6 +51,21 @@ def test_isfinite():
         gc.isfinite(gc.placeholder("i", (2,), dtype="int32"))
 
 
+def test_nan_propagates_in_compiled_code_as_in_numpy(tmp_path):
+    """relu, maximum, minimum and reduce_max keep a NaN (C's comparisons alone would drop it): a NaN that
+    reaches the loss in numpy reaches it in the compiled program, and the guard sees it."""
+    x, y = gc.placeholder("x", (2, 3)), gc.placeholder("y", (2, 3))
+    outputs = [gc.relu(x), gc.maximum(x, y), gc.minimum(x, y), gc.maximum(y, x), gc.reduce_max(x, axis=1)]
+    feed = {x: np.array([[np.nan, 1.0, -2.0], [0.5, np.nan, 3.0]], np.float32),
+            y: np.array([[0.0, np.nan, 1.0], [2.0, -1.0, np.nan]], np.float32)}
+    want = gc.NumpyExecutor(outputs).run(feed)
+    with gc.load(gc.compile(outputs, target="cpu", out_dir=tmp_path, name="nan")) as model:
+        got = list(model.forward(feed[x], feed[y]).values())
+    for node, g, w in zip(outputs, got, want):
+        np.testing.assert_array_equal(g, w, err_msg=node.describe())
+    assert np.isnan(want[0][0, 0]) and np.isnan(want[4]).all()
+
+
 # --- the step counter and the guard in the numpy executor --------------------------------------------------
 def batch(seed, bad=False):
     r = np.random.RandomState(seed)
