@@ -288,6 +288,16 @@ typedef struct {
     uint64_t saved_step;
 } gc_watch;
 
+static int gc_watch_start(gc_model* m, gc_watch* w, int64_t steps) {
+    memset(w, 0, sizeof *w);
+    w->steps = steps;
+    if (!gc_has_guard()) return GC_OK;
+    gc_guard g;
+    GC_TRY(gc_guard_read(m, &g));
+    w->nonfinite_seen = g.nonfinite_steps;   // a resumed run's earlier skips are not this epoch's
+    return GC_OK;
+}
+
 // Where training starts: --resume FILE (parameters and the trainer's position), --load FILE (parameters),
 // or the initial parameters gcompile wrote next to the binary. Then the guard's mode and --lr.
 static int gc_start_state(gc_model* m, const char* argv0, const gc_options* o) {
@@ -449,8 +459,8 @@ static int gc_trainer(const char* argv0, const gc_options* o) {
         if ((rc = gc_check_position(m, o, steps))) goto done;
         double* loss_sums = (double*)(at + 2 * gc_align(sizeof(int32_t) * n_order) + 64);
         int tty = isatty(fileno(stdout));
-        gc_watch w = {0};
-        w.steps = steps;
+        gc_watch w;
+        if ((rc = gc_watch_start(m, &w, steps))) goto done;
         printf("training %s: %lld examples, batch %d, %lld steps per epoch, %s\n", GC_PROGRAM_NAME,
                (long long)train.count, GC_BATCH, (long long)steps, GC_TARGET_NAME);
         if (o->resume)
