@@ -58,6 +58,16 @@ def run_binary(artifact, *args, timeout=300, check=None) -> subprocess.Completed
     return proc
 
 
+def poisoned_dataset(folder, bad_example):
+    """float32 images; one example holds 3e38s (finite, so the dataset is valid) and overflows its step in a
+    program with positive first-layer weights."""
+    synthetic_dataset(folder, n_train=24, n_valid=8, dtype=np.float32)
+    images = np.load(folder / "train_images.npy") / np.float32(256)
+    images[bad_example] = 3e38
+    write_split(folder, "train", images, np.load(folder / "train_labels.npy"))
+    return folder
+
+
 # --- bad dataset files: test_validation.py checks each message, tests/fuzz_corpus holds them as seeds ------
 def npy_bytes(array, header_edit=None) -> bytes:
     buffer = io.BytesIO()

@@ -8,7 +8,8 @@ import pytest
 import gcompile as gc
 from gcompile.optim import GUARD_HALTED_AT, GUARD_NONFINITE, GUARD_SKIP
 from opcheck import check_op, uniform
-from reliability import BATCH, CLASSES, FEATURES, run_binary, small_program, synthetic_dataset, write_split
+from reliability import (BATCH, CLASSES, FEATURES, poisoned_dataset, run_binary, small_program, synthetic_dataset,
+                         write_split)
 
 # the reference executor meets the infinities these tests feed it
 pytestmark = pytest.mark.filterwarnings("ignore:(invalid value|overflow):RuntimeWarning")
@@ -147,16 +148,6 @@ def test_train_step_names_the_bad_step_and_how_to_go_on(positive_artifact):
 
 
 # --- the trainer ------------------------------------------------------------------------------------------
-def poisoned_dataset(folder, bad_example):
-    """float32 images; one example holds 3e38s (finite, so the dataset is valid) and overflows its step in a
-    program with positive first-layer weights."""
-    synthetic_dataset(folder, n_train=24, n_valid=8, dtype=np.float32)
-    images = np.load(folder / "train_images.npy") / np.float32(256)
-    images[bad_example] = 3e38
-    write_split(folder, "train", images, np.load(folder / "train_labels.npy"))
-    return folder
-
-
 def test_trainer_stops_at_a_bad_step_and_keeps_the_last_checkpoint(positive_artifact, tmp_path):
     data = poisoned_dataset(tmp_path / "data", bad_example=4 * 3 + 1)      # step 4 of epoch 1 (no shuffle)
     ckpt = tmp_path / "run.ckpt"
