@@ -5,7 +5,7 @@ PYTHON ?= $(VENV)/bin/python
 # Depend on the venv only when PYTHON lives in it.
 NEEDS_VENV := $(filter $(VENV)/%,$(PYTHON))
 
-.PHONY: install data demo reference test gpu-test clean
+.PHONY: install data demo reference test gpu-test convnets bench clean
 MNIST = $$($(PYTHON) -c 'from gcompile.data import default_data_dir; print(default_data_dir("mnist"))')
 
 $(VENV)/bin/python:
@@ -35,6 +35,28 @@ test: $(NEEDS_VENV)
 # The tests marked gpu: the cuda target against numpy, the reference experiment and the allocation count.
 gpu-test: $(NEEDS_VENV)
 	$(PYTHON) -m pytest -q -m gpu
+
+# LeNet on MNIST (validation >= 0.990) and ResNet-14 on Fashion-MNIST (test >= 0.920) with the compiled trainer,
+# reporting epochs and wall time (examples/train_convnets.py). Offline: make convnets MNIST_FROM=mnist.pkl.gz
+# FASHION_FROM=<folder of the IDX .gz files>.
+convnets: $(NEEDS_VENV)
+	$(PYTHON) examples/train_convnets.py $(if $(MNIST_FROM),--mnist-from $(MNIST_FROM)) \
+		$(if $(FASHION_FROM),--fashion-from $(FASHION_FROM))
+
+# gcompile against PyTorch and JAX on the GPU machine: one table, bench/results/<gpu>-<commit>.json and a PNG
+# (bench/README.md). It uses that machine's python3, which has torch, jax and matplotlib; cffi comes from
+# the carried wheels, installed first with `pip install --target /tmp/site .whl/*.whl` and PYTHONPATH
+# (kept: the checkout is put in front of it). MNIST is prepared from .device/mnist.pkl.gz when that file is
+# there, Fashion-MNIST from the IDX files in .device/fashion-mnist/ when that folder is there. That machine's copy of the tree has no .git: name the commit, e.g.
+#   make bench COMMIT=$(git rev-parse --short=12 HEAD) BENCH_ARGS="--results-dir $OUT"
+# BENCH_ARGS: --quick, --only mnist,conv,eltwise,gemm, --impls, --fashion DIR (python3 -m bench.run --help).
+BENCH_PYTHON ?= python3
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+BENCH_ENV = PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} GCOMPILE_COMMIT=$(COMMIT)
+bench:
+	-$(BENCH_ENV) $(BENCH_PYTHON) -m gcompile data mnist $(if $(wildcard .device/mnist.pkl.gz),--from .device/mnist.pkl.gz)
+	$(if $(wildcard .device/fashion-mnist),-$(BENCH_ENV) $(BENCH_PYTHON) -m gcompile data fashion-mnist --from .device/fashion-mnist)
+	$(BENCH_ENV) PYTHONUNBUFFERED=1 $(BENCH_PYTHON) -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis

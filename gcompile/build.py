@@ -91,8 +91,9 @@ def compile_flags(target: str, arch: str | None, cudart: str = "static",
         gencode = gencode_flags(arch or detect_arch() or DEFAULT_CUDA_ARCH)
         if cudart not in ("static", "shared"):
             raise BuildError(f"cudart must be 'static' or 'shared', not {cudart!r}")
-        return "nvcc", ["-O3", "-std=c++17", *gencode, "-Xcompiler", "-fPIC,-fvisibility=hidden"], \
-            [*gencode, f"-cudart={cudart}"]
+        # kernel launches go to the per-thread default stream: the runtime captures them into CUDA graphs
+        return "nvcc", ["-O3", "-std=c++17", *gencode, "--default-stream", "per-thread",
+                        "-Xcompiler", "-fPIC,-fvisibility=hidden"], [*gencode, f"-cudart={cudart}"]
     compiler = os.environ.get("CXX", "c++")
     if sanitize:
         checks = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]

@@ -10,6 +10,7 @@ from typing import Mapping
 from .build import Artifact, build, cached_artifact, compile_flags, compiler_version
 from .errors import GCompileError
 from .executor import NumpyExecutor
+from .gemm_tiles import check_precision
 from .graph import Node, format_graph, topological_order
 from .resources import code_digest
 
@@ -18,23 +19,28 @@ TARGETS = ("cuda", "cpu")
 
 def compile(program, target: str = "cuda", out_dir=None, name: str | None = None, arch: str | None = None,
             source: str = "<python>", cudart: str = "static",
-            sanitize: bool = False) -> Artifact:  # noqa: A001 - the public name in the design
+            precision: str = "fp32", sanitize: bool = False) -> Artifact:  # noqa: A001 - the design's name
     """Compile a gc.Program (or a list of nodes) into out_dir: the .cu/.cpp source, a standalone binary,
-    a shared library, the initial parameters and a JSON manifest. `arch` (cuda): e.g. "sm_90" or
-    "sm_80,sm_90,compute_90" (see build.gencode_flags). sanitize=True (cpu): an ASan/UBSan build."""
+    a shared library, the initial parameters and a JSON manifest. precision="tf32" lets float32 GEMMs use
+    tf32 tensor cores (cuda; the cpu target computes them in fp32 with double sums either way). `arch`
+    (cuda): e.g. "sm_90" or "sm_80,sm_90,compute_90" (see build.gencode_flags). sanitize=True (cpu): an
+    AddressSanitizer/UBSan build."""
     if target not in TARGETS:
         raise GCompileError(f"compile: unknown target {target!r}; expected one of {TARGETS}")
+    check_precision(precision)
     name = name or getattr(program, "name", None) or "model"
     if not name.isidentifier():
         raise GCompileError(f"compile: program name {name!r} must be a C identifier")
     compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
     out_dir = out_dir or Path("build") / name
-    key = fingerprint(program, [compiler, *flags, *link_flags, compiler_version(compiler), name, source])
+    key = fingerprint(program, [compiler, *flags, *link_flags, compiler_version(compiler), name, source,
+                                f"precision={precision}"])
     artifact = cached_artifact(out_dir, name, key)
     if artifact is not None:
         return artifact
     from .pipeline import compile_program  # the passes load networkx and jinja2: only when compiling
-    compiled = compile_program(program, target, name, source, build_command=" ".join([compiler, *flags]))
+    compiled = compile_program(program, target, name, source, build_command=" ".join([compiler, *flags]),
+                               precision=precision)
     return build(compiled, out_dir, arch, cudart, program_key=key, sanitize=sanitize)
 
 
@@ -65,11 +71,13 @@ def cache_dir() -> Path:
 
 class Executor:
     """`Executor(nodes, target).run(feed_dict) -> [ndarray, ...]`: evaluates nodes (a forward graph) with the
-    numpy reference ("numpy") or a compiled program ("cpu", "cuda"), compiled once and cached by graph."""
+    numpy reference ("numpy") or a compiled program ("cpu", "cuda"), compiled once and cached by graph and
+    precision (see gc.compile)."""
 
-    def __init__(self, nodes, target: str = "numpy"):
+    def __init__(self, nodes, target: str = "numpy", precision: str = "fp32"):
         self.nodes = list(nodes)
         self.target = target
+        self.precision = check_precision(precision)
         if target == "numpy":
             self.reference = NumpyExecutor(self.nodes)
         elif target in TARGETS:
@@ -80,8 +88,10 @@ class Executor:
     def _compiled(self):
         if self.model is None:
             from .loader import load
-            key = hashlib.sha256(f"{self.target}\n{format_graph(self.nodes)}".encode()).hexdigest()[:16]
-            artifact = compile(self.nodes, self.target, cache_dir() / f"{self.target}-{key}", name="executor")
+            text = f"{self.target}\n{self.precision}\n{format_graph(self.nodes)}"
+            key = hashlib.sha256(text.encode()).hexdigest()[:16]
+            artifact = compile(self.nodes, self.target, cache_dir() / f"{self.target}-{key}", name="executor",
+                               precision=self.precision)
             self.model = load(artifact)
         return self.model
 

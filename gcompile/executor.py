@@ -13,6 +13,7 @@ import numpy as np
 from . import graph as G
 from .errors import GCompileError
 from .graph import Node
+from .modes import specialize
 from .ops import get_op
 
 
@@ -48,18 +49,20 @@ def check_feed(name: str, shape: tuple, dtype: str, value, as_dtype: str | None 
 
 
 class NumpyExecutor:
-    """`NumpyExecutor(outputs, dtype=None).run(feed_dict) -> [ndarray, ...]`.
+    """`NumpyExecutor(outputs, dtype=None, mode="train").run(feed_dict) -> [ndarray, ...]`.
 
     dtype="float64" computes every float value in float64 (for gradient checks); variables are held in
-    that precision too. Variables are initialized from their initializers on construction; read or set them
-    by name with `get_variable` / `set_variable` or the `variables` dict."""
+    that precision too. `mode` picks the train or eval behaviour of batch norm and dropout
+    (gcompile/modes.py); in train mode a run also applies their state updates (running statistics).
+    Variables are initialized from their initializers on construction; read or set them by name with
+    `get_variable` / `set_variable` or the `variables` dict."""
 
-    def __init__(self, outputs: Iterable[Node], dtype: str | None = None):
-        self.outputs = list(outputs)
+    def __init__(self, outputs: Iterable[Node], dtype: str | None = None, mode: str = "train"):
         if dtype is not None and dtype not in G.FLOAT_DTYPES:
             raise GCompileError(f"NumpyExecutor: dtype must be float32 or float64, got {dtype!r}")
         self.float_dtype = dtype
-        self.order = G.topological_order(self.outputs)
+        self.outputs, updates = specialize(list(outputs), mode)
+        self.order = G.topological_order(self.outputs + updates)
         self.placeholders = leaves_of(self.order, "placeholder")
         self.variables = {v.name: v.attrs["init"](v.shape, self.dtype_of(v)) for v in
                           leaves_of(self.order, "variable")}

@@ -18,6 +18,7 @@ import numpy as np
 from .errors import ShapeError
 
 DTYPES = ("float32", "float64", "int32", "uint8")
+MAX_NDIM = 8   # the generated tables (and the data and checkpoint readers) hold at most 8 dimensions
 FLOAT_DTYPES = ("float32", "float64")
 
 _ids = itertools.count()
@@ -46,6 +47,9 @@ class Node:
         self.name = name or f"{op}_{self.id}"
         self.shape, self.dtype = get_op(op).infer(self)
         self.shape = tuple(int(d) for d in self.shape)
+        if len(self.shape) > MAX_NDIM:
+            raise ShapeError(f"{op}: {self.name} would have {len(self.shape)} dimensions {self.shape}; gcompile "
+                             f"supports at most {MAX_NDIM}")
 
     # --- convenience --------------------------------------------------------------------------
     @property
@@ -162,6 +166,8 @@ def exp(x): return Node("exp", (x,))
 def log(x): return Node("log", (x,))
 def sqrt(x): return Node("sqrt", (x,))
 def tanh(x): return Node("tanh", (x,))
+def cos(x): return Node("cos", (x,))
+def sin(x): return Node("sin", (x,))
 def sigmoid(x): return Node("sigmoid", (x,))
 def relu(x): return Node("relu", (x,))
 def relu_grad(x, g): return Node("relu_grad", (x, g))
@@ -247,6 +253,146 @@ def assign(var: Node, value: Node):
     return Node("assign", (var, value))
 
 
+# ---------------------------------------------------------------------------------------------
+# Convolutional networks (layout NCHW; the window ops' rules are in gcompile/ops/conv.py)
+# ---------------------------------------------------------------------------------------------
+def _window(kernel, stride, padding) -> dict:
+    kernel = (int(kernel), int(kernel)) if np.isscalar(kernel) else tuple(int(k) for k in kernel)
+    return {"kernel": kernel, "stride": int(stride), "padding": int(padding)}
+
+
+def im2col(x, kernel, stride: int = 1, padding: int = 0):
+    """Patches of x (N, C, H, W) -> (N, C*KH*KW, OH*OW): row (c, kh, kw), column (oh, ow)."""
+    return Node("im2col", (x,), _window(kernel, stride, padding))
+
+
+def col2im(cols, image_size, kernel, stride: int = 1, padding: int = 0):
+    """The adjoint of im2col: (N, C*KH*KW, OH*OW) -> (N, C, H, W), overlapping patch entries summed."""
+    return Node("col2im", (cols,), {**_window(kernel, stride, padding),
+                                    "image_size": tuple(int(d) for d in image_size)})
+
+
+def conv2d(x, w, b=None, stride: int = 1, padding: int = 0):
+    """Cross-correlation of x (N, C, H, W) with weights w (Cout, C, KH, KW), plus bias b (Cout,) if given.
+
+    Lowered as one GEMM per example: w viewed as (Cout, C*KH*KW) times the example's patches
+    (C*KH*KW, OH*OW) gives (Cout, OH*OW), already NCHW; the bias is an elementwise consumer of the GEMM."""
+    if x.ndim != 4 or w.ndim != 4 or w.shape[1] != x.shape[1]:
+        raise ShapeError(f"conv2d: expected x (N, C, H, W) and w (Cout, C, KH, KW) with the same C, got "
+                         f"{x.describe()} and {w.describe()}")
+    n, c, h, wd = x.shape
+    cout, _, kh, kw = w.shape
+    if (kh, kw, stride, padding) == (1, 1, 1, 0):
+        cols = reshape(x, (n, c, h * wd))  # a 1x1 convolution reads the image itself
+    else:
+        cols = im2col(x, (kh, kw), stride, padding)
+    out = matmul(reshape(w, (cout, c * kh * kw)), cols)                      # (N, Cout, OH*OW)
+    if b is not None:
+        if b.shape != (cout,):
+            raise ShapeError(f"conv2d: bias {b.describe()} must have shape ({cout},) for weights {w.describe()}")
+        out = out + per_image(b, (n, cout, 1))
+    from .ops.conv import windows_of
+    return reshape(out, (n, cout, windows_of(h, kh, stride, padding), windows_of(wd, kw, stride, padding)))
+
+
+def per_image(v, shape):
+    """Per-channel values v (C,) broadcast to `shape` (N, C, 1, ...): each example gets its own copy. Added to
+    an (N, C, ...) image, the gradient then sums in two parallel stages — over each image, then over the
+    batch — rather than in one long reduction per channel (C outputs would leave most of a GPU idle)."""
+    return broadcast_to(reshape(v, (1,) + tuple(shape[1:])), shape)
+
+
+def max_pool2d(x, kernel, stride: int | None = None, padding: int = 0):
+    """Max over kernel windows (padding counts as -inf); stride defaults to the kernel size."""
+    window = _window(kernel, 1, padding)
+    window["stride"] = int(stride) if stride is not None else window["kernel"][0]
+    return Node("max_pool2d", (x,), window)
+
+
+def avg_pool2d(x, kernel, stride: int | None = None, padding: int = 0):
+    """Mean over kernel windows (padding counts as zeros, divided by KH*KW); stride defaults to the kernel."""
+    window = _window(kernel, 1, padding)
+    window["stride"] = int(stride) if stride is not None else window["kernel"][0]
+    return Node("avg_pool2d", (x,), window)
+
+
+def global_avg_pool(x):
+    """(N, C, H, W) -> (N, C): the mean of each channel."""
+    if x.ndim != 4:
+        raise ShapeError(f"global_avg_pool: expected an NCHW image (4-D), got {x.describe()}")
+    return reduce_mean(x, (2, 3))
+
+
+def flatten(x):
+    """(N, ...) -> (N, everything else): a view."""
+    return reshape(x, (x.shape[0], -1))
+
+
+def mode_select(train_value, eval_value, train_updates=()):
+    """train_value when the graph runs a training step, eval_value when it evaluates; the assign nodes in
+    train_updates join every training step (see gcompile/modes.py)."""
+    return Node("mode_select", (train_value, eval_value), {"train_updates": tuple(train_updates)})
+
+
+def batch_norm(x, gamma, beta, running_mean, running_var, momentum: float = 0.1, eps: float = 1e-5):
+    """Batch normalization over every axis but 1 (the channels) of x (N, C) or (N, C, H, W).
+
+    Training: batch mean and (biased) variance normalize x; running_mean and running_var (variables) move
+    toward them by `momentum` (the variance unbiased, as PyTorch does). Evaluation: the running values.
+    Composed of reductions and elementwise ops, so the normalization is one elementwise chain."""
+    c = x.shape[1] if x.ndim >= 2 else 0
+    for v in (gamma, beta, running_mean, running_var):
+        if v.shape != (c,) or v.dtype != x.dtype:
+            raise ShapeError(f"batch_norm: {v.describe()} must have shape ({c},) and x's dtype, for x "
+                             f"{x.describe()}")
+    count = x.size // c
+    if count < 2:
+        raise ShapeError(f"batch_norm: {x.describe()} has {count} value per channel; batch statistics need 2")
+    # statistics in two stages (over each image, then over the batch) and per-channel values broadcast per
+    # image (see per_image): every reduction of the step and of its gradient has N*C or C*N-sized work
+    images = (x.shape[0], c) + (1,) * (x.ndim - 2)
+    inner = tuple(range(2, x.ndim))
+
+    def batch_mean(v):
+        return reduce_mean(reduce_mean(v, inner, keepdims=True) if inner else v, 0, keepdims=True)
+
+    def channels(v):
+        return per_image(reshape(v, (c,)), images)
+
+    mean = batch_mean(x)
+    centered = x - broadcast_to(mean, images)
+    var = batch_mean(centered * centered)
+    train = centered * channels(gamma / sqrt(reshape(var, (c,)) + eps)) + channels(beta)
+    evaluated = (x - channels(running_mean)) * channels(gamma / sqrt(running_var + eps)) + channels(beta)
+    updates = [assign(running_mean, running_mean * (1.0 - momentum) + reshape(mean, (c,)) * momentum),
+               assign(running_var, running_var * (1.0 - momentum)
+                      + reshape(var, (c,)) * (momentum * count / (count - 1)))]
+    return mode_select(train, evaluated, updates)
+
+
+def step_counter() -> Node:
+    """The int32 scalar variable `step`: the number of training steps done. gc.Program increments it once per
+    step; dropout masks and learning-rate schedules read it. One node per process, shared by every graph."""
+    global _step
+    if _step is None:
+        from .init import Constant
+        _step = variable("step", (), init=Constant(0), dtype="int32", trainable=False)
+    return _step
+
+
+_step = None
+
+
+def dropout(x, rate: float, seed: int):
+    """Training: x * mask, the mask 0 with probability `rate`, else 1 / (1 - rate), fresh each step
+    (Philox4x32-10 of (element, step), key `seed`: give each dropout its own seed). Evaluation: x."""
+    if rate == 0:
+        return x
+    mask = Node("dropout_mask", (step_counter(),), {"shape": x.shape, "rate": float(rate), "seed": int(seed),
+                                                     "dtype": x.dtype})
+    return mode_select(x * mask, x)
+
+
 def normalize_axes(axis, ndim: int, op: str, x: Node) -> tuple:
     if axis is None:
         return tuple(range(ndim))
@@ -295,6 +441,8 @@ def format_attr(value) -> str:
         return repr(value)
     if hasattr(value, "describe"):
         return value.describe()
+    if isinstance(value, tuple) and value and all(isinstance(v, Node) for v in value):
+        return "[" + ",".join(v.name for v in value) + "]"   # nodes an attribute refers to (train_updates)
     return str(value).replace(" ", "")
 
 

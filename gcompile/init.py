@@ -70,6 +70,28 @@ class HeNormal(Initializer):
         return np.random.RandomState(self.seed).normal(0.0, std, size=shape)
 
 
+class HeUniform(Initializer):
+    """U(±sqrt(6 / fan_in)): the uniform form of He initialization (variance 2 / fan_in)."""
+
+    def __init__(self, seed=0):
+        self.seed = int(seed)
+
+    def draw(self, shape):
+        limit = np.sqrt(6.0 / fans(shape)[0])
+        return np.random.RandomState(self.seed).uniform(-limit, limit, size=shape)
+
+
+class XavierNormal(Initializer):
+    """N(0, 2 / (fan_in + fan_out)) (Glorot & Bengio 2010)."""
+
+    def __init__(self, seed=0):
+        self.seed = int(seed)
+
+    def draw(self, shape):
+        fan_in, fan_out = fans(shape)
+        return np.random.RandomState(self.seed).normal(0.0, np.sqrt(2.0 / (fan_in + fan_out)), size=shape)
+
+
 class XavierUniform(Initializer):
     """U(±sqrt(6 / (fan_in + fan_out))) (Glorot & Bengio 2010)."""
 
@@ -87,4 +109,6 @@ def ones(): return Constant(1.0)
 def normal(std=1.0, seed=0, mean=0.0): return Normal(std, seed, mean)
 def uniform(low=-1.0, high=1.0, seed=0): return Uniform(low, high, seed)
 def he_normal(seed=0): return HeNormal(seed)
+def he_uniform(seed=0): return HeUniform(seed)
 def xavier_uniform(seed=0): return XavierUniform(seed)
+def xavier_normal(seed=0): return XavierNormal(seed)

@@ -33,6 +33,7 @@ int gc_get_variable(gc_model* m, const char* name, void* dst, size_t nbytes);
 int gc_set_variable(gc_model* m, const char* name, const void* src, size_t nbytes);
 int gc_save(gc_model* m, const char* path);
 int gc_load(gc_model* m, const char* path);
+int gc_time_steps(gc_model* m, int which, int steps, double* seconds);
 int gc_check_file(const char* kind, const char* path);
 """
 ffi = cffi.FFI()
@@ -79,7 +80,8 @@ def resolve(artifact) -> dict:
 
 class Model:
     """A loaded program. `params` (all variables by name), `train_step(*inputs) -> loss`, `forward(*inputs)
-    -> dict`, `predict(x) -> first output`, `save(path)`, `load(path)`, `close()`."""
+    -> dict`, `predict(x) -> first output`, `time_steps(steps, which) -> seconds`, `save(path)`, `load(path)`,
+    `close()`."""
 
     def __init__(self, artifact, initial: bool = True):
         self.manifest = resolve(artifact)
@@ -129,6 +131,22 @@ class Model:
         out_ptrs = ffi.new("void*[]", [ffi.from_buffer(o) for o in outs] or [ffi.NULL])
         self._check(self.lib.gc_forward(handle, ptrs, len(keep), out_ptrs, len(outs)), "gc_forward")
         return {o["name"]: arr for o, arr in zip(self.manifest["outputs"], outs)}
+
+    def time_steps(self, steps: int, which: str = "train") -> float:
+        """Seconds of device time for `steps` train (or eval) steps on the inputs already in the model — those
+        of the last train_step / forward call (zeros before any) — replayed as the trainer replays them, after
+        a warm-up. Train steps, the warm-up's included, update the parameters."""
+        handle = self._live()
+        if which not in ("train", "eval"):
+            raise GCompileError(f"time_steps: which must be 'train' or 'eval', not {which!r}")
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= 2**31 - 1:
+            raise GCompileError(f"time_steps: steps must be a whole number in [1, 2^31 - 1], not {steps!r}")
+        if which == "train" and not self.manifest["has_train_step"]:
+            raise GCompileError(f"model {self.manifest['name']!r} has no training step")
+        seconds = ffi.new("double*")
+        self._check(self.lib.gc_time_steps(handle, 0 if which == "train" else 1, int(steps), seconds),
+                    "gc_time_steps")
+        return float(seconds[0])
 
     def predict(self, *inputs) -> np.ndarray:
         return next(iter(self.forward(*inputs).values()))

@@ -1,6 +1,6 @@
 """The whole compiler in one function: every pass, in order, by name.
 
-    trace -> simplify -> schedule -> plan_memory -> lower -> emit        (then build, in build.py)
+    trace -> simplify -> fuse -> schedule -> plan_memory -> lower -> emit        (then build, in build.py)
 
 Autodiff and the optimizer's update nodes are appended when the gc.Program is built (gc.gradients and
 optimizer.updates), so `trace` starts from the full training graph. GCOMPILE_DEBUG=1 prints the IR after
@@ -12,15 +12,17 @@ import os
 import sys
 from dataclasses import dataclass
 
+from .gemm_tiles import check_precision
 from .graph import format_graph
 from .passes.emit import emit
+from .passes.fuse import describe_groups, fuse
 from .passes.lower import Kernel, lower
 from .passes.plan_memory import MemoryPlan, check_plan, plan_memory
 from .passes.schedule import schedule
 from .passes.simplify import simplify
 from .passes.trace import Module, trace
 
-PASSES = ("trace", "simplify", "schedule", "plan_memory", "lower", "emit")
+PASSES = ("trace", "simplify", "fuse", "schedule", "plan_memory", "lower", "emit")
 
 
 @dataclass
@@ -39,9 +41,10 @@ def graphs_text(graphs: dict) -> str:
 
 
 def compile_program(program, target: str = "cuda", name: str = "model", source: str = "<python>",
-                    build_command: str = "") -> CompiledSource:
+                    build_command: str = "", precision: str = "fp32") -> CompiledSource:
     stages = {}
     module = trace(program, name, source)
+    module.precision = check_precision(precision)
     stages["trace"] = graphs_text(module.graphs)
 
     # one call for both graphs, so the nodes they share stay one node
@@ -52,6 +55,14 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     module.refresh()
     stages["simplify"] = graphs_text(module.graphs)
 
+    fused, groups = fuse(module.graphs)
+    module.train = fused.get("train", [])
+    module.loss = module.train[0] if module.train else None
+    module.outputs = dict(zip(module.outputs, fused.get("eval", [])))
+    module.refresh()
+    fused_text = graphs_text(module.graphs) + "\n-- groups\n"
+    stages["fuse"] = fused_text + describe_groups(groups)
+
     schedules = {g: schedule(outputs) for g, outputs in module.graphs.items()}
     stages["schedule"] = "\n".join(f"-- {g}\n{format_graph(outputs, order=schedules[g])}"
                                    for g, outputs in module.graphs.items())
@@ -61,8 +72,14 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     check_plan(plan)
     stages["plan_memory"] = plan.format()
 
-    kernels = lower(schedules, plan)
-    stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<22} {k.comment}" for ks in kernels.values() for k in ks)
+    kernels = lower(schedules, plan, precision)
+    module.kernels = {g: len(ks) for g, ks in kernels.items()}   # one launch per lowered kernel
+    stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<6} {k.comment}" for ks in kernels.values() for k in ks)
+    made = {}                           # the fuse stage names the kernel each group became
+    for g, ks in kernels.items():
+        for k in ks:
+            made.setdefault(k.group, []).append(f"{k.name} ({g})")
+    stages["fuse"] = fused_text + describe_groups(groups, made)
 
     text = emit(module, plan, kernels, target, build_command)
     stages["emit"] = text

@@ -8,15 +8,20 @@ from .autodiff import gradients
 from .errors import GCompileError
 from .executor import leaves_of
 from .graph import Node
-from .init import Constant
+from .modes import specialize
 from .optim import guarded
 
 
 class Program:
     """A training program. `train_outputs` are the loss and the update nodes of one step;
     `eval_outputs` the named outputs (for `predict`/`forward`). The batch size is the leading dimension
-    every input shares. With an optimizer, the program also holds the int32 variable `step` (the steps run)
-    and the numerical guard's variables (gcompile/optim.py), and every update is guarded."""
+    every input shares.
+
+    With an optimizer, the step also increments the int32 variable `step` (G.step_counter(); it counts
+    every step run, skipped ones too) and every update, batch norm's running statistics included, is guarded
+    by the numerical guard (gcompile/optim.py). The train step and the outputs are specialized to train and
+    eval mode (gcompile/modes.py): batch norm and dropout behave as in training in `train_outputs` (whose
+    updates include batch norm's running statistics) and as in evaluation in `outputs`."""
 
     def __init__(self, loss: Node, params: Sequence[Node], optimizer=None,
                  outputs: Mapping[str, Node] | None = None, name: str = "model"):
@@ -26,20 +31,20 @@ class Program:
             if p.op != "variable":
                 raise GCompileError(f"Program: parameter {p.describe()} is a {p.op}, not a variable")
         self.name = name
-        self.loss = loss
         self.params = list(params)
         self.optimizer = optimizer
-        self.outputs = dict(outputs or {})
         self.grads = gradients(loss, self.params)
         unused = [p.name for p, g in zip(self.params, self.grads) if g.op == "zeros_like"]
         if unused:
             raise GCompileError(f"Program: the loss does not depend on parameter(s) {unused}")
-        self.updates = []
+        updates = optimizer.updates(self.params, self.grads, loss.dtype) if optimizer else []
+        train, state_updates = specialize([loss] + updates, "train")
+        self.loss, self.updates = train[0], train[1:] + state_updates
         if optimizer:
-            # the step counter: counts every training step run (skipped ones too); LR schedules read it
-            self.step = G.variable("step", (), init=Constant(0), dtype="int32", trainable=False)
-            updates = optimizer.updates(self.params, self.grads, loss.dtype, step=self.step)
-            self.updates = guarded(updates, loss, self.step) + [G.assign(self.step, self.step + 1)]
+            self.step = G.step_counter()
+            self.updates = guarded(self.updates, self.loss, self.step) + [G.assign(self.step, self.step + 1)]
+        names = list(outputs or {})
+        self.outputs = dict(zip(names, specialize([outputs[n] for n in names], "eval")[0]))
         order = G.topological_order(self.train_outputs + list(self.outputs.values()))
         self.inputs = leaves_of(order, "placeholder")
         batches = {p.shape[0] for p in self.inputs if p.shape}

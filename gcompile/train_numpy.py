@@ -9,7 +9,7 @@ A model file names its inputs "x" (images, float) and "y" (labels, int32); image
 `uint8 * scale` in float32, with the scale from the dataset's manifest.
 
 `example_main(program)` is the command line of examples/*.py:
-    python examples/mnist_mlp.py --executor numpy --epochs 10 [--data DIR]
+    python examples/mnist_mlp.py --executor numpy --epochs 10 [--data DIR] [--set NAME=VALUE ...]
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .commands.model_file import parse_settings
 from .data import default_data_dir, load_dataset, read_manifest
 from .errors import GCompileError
 from .executor import NumpyExecutor
@@ -96,11 +97,13 @@ def example_main(make_program, argv=None, dataset="mnist") -> int:
     parser.add_argument("--data", metavar="DIR", default=None,
                         help=f"dataset folder written by `gcompile data {dataset}` "
                              f"(default {default_data_dir(dataset)})")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="passed to program(NAME=VALUE), as `gcompile build --set` does")
     args = parser.parse_args(argv)
     data_dir = args.data or default_data_dir(dataset)
     try:
         manifest = read_manifest(data_dir)
-        train(make_program(), load_dataset(data_dir), manifest["scale"], args.epochs)
+        train(make_program(**parse_settings(args.set)), load_dataset(data_dir), manifest["scale"], args.epochs)
     except GCompileError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

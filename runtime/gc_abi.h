@@ -10,12 +10,31 @@ struct gc_model {
     gc_model* next;         // in the list of live models
     unsigned char* arena;   // the one device allocation: GC_ARENA_BYTES
     gc_train_state state;   // the trainer's position (steps, epochs, data order), saved in checkpoints
+    gc_graphs graphs;       // captured CUDA graphs of this model's work, freed by gc_destroy
 };
 
 // The live models. Every entry point finds its handle here before touching it, so a destroyed (or never
 // created) handle is reported as an error instead of being dereferenced.
 static gc_model* gc_live_models = NULL;
 static std::mutex gc_live_lock;
+
+// What a captured graph does (the key of gc_graphs, with a tag and a length).
+enum {
+    GC_GRAPH_TRAIN = 1,       // train steps on the inputs in the arena (gc_train_step, gc_time_steps)
+    GC_GRAPH_EVAL = 2,        // forward passes on the inputs in the arena (gc_forward, gc_time_steps)
+    GC_GRAPH_TRAINER_STEPS = 3,   // the trainer's steps: gather + train step (runtime/gc_main.h)
+    GC_GRAPH_TRAINER_EVAL = 4,    // the trainer's evaluation of a whole split
+};
+
+static int gc_enqueue_train(void* model, int64_t steps) {
+    for (int64_t i = 0; i < steps; i++) GC_TRY(gc_run_train(((gc_model*)model)->arena));
+    return GC_OK;
+}
+
+static int gc_enqueue_eval(void* model, int64_t steps) {
+    for (int64_t i = 0; i < steps; i++) GC_TRY(gc_run_eval(((gc_model*)model)->arena));
+    return GC_OK;
+}
 
 static int gc_check_model(const gc_model* m, const char* fn) {
     if (!m) return gc_fail(GC_ERR_ARG, "%s: model handle is NULL", fn);
@@ -53,6 +72,7 @@ GC_EXPORT void gc_destroy(gc_model* m) {
         if (!m || !*link) return;   // NULL, or not a live model: nothing to free
         *link = m->next;
     }
+    gc_graphs_free(&m->graphs);
     gc_device_free(m->arena);
     free(m);
 }
@@ -63,6 +83,7 @@ GC_EXPORT int gc_create(gc_model** out) {
     GC_TRY(gc_device_check());
     gc_model* m = (gc_model*)calloc(1, sizeof *m);
     if (!m) return gc_fail(GC_ERR_MEMORY, "gc_create: out of host memory");
+    m->graphs.enabled = gc_graphs_default();
     int rc = gc_device_alloc((void**)&m->arena, GC_ARENA_BYTES, "arena");
     if (rc == GC_OK) rc = gc_device_zero(m->arena, GC_ARENA_BYTES);
     for (int i = 0; rc == GC_OK && i < GC_N_CONSTANTS; i++)
@@ -99,7 +120,7 @@ GC_EXPORT int gc_train_step(gc_model* m, const void* const* inputs, int n, doubl
     GC_TRY(gc_check_model(m, "gc_train_step"));
     if (!GC_HAS_TRAIN_STEP) return gc_fail(GC_ERR_ARG, "gc_train_step: this program has no training step");
     GC_TRY(gc_copy_inputs(m, gc_train_inputs, GC_N_TRAIN_INPUTS, inputs, n, "gc_train_step"));
-    GC_TRY(gc_run_train(m->arena));
+    GC_TRY(gc_replay(&m->graphs, GC_GRAPH_TRAIN, NULL, 1, gc_enqueue_train, m, "the train step"));
     float value;
     GC_TRY(gc_copy_to_host(&value, m->arena + GC_LOSS_OFFSET, sizeof value));
     m->state.step++;
@@ -123,9 +144,36 @@ GC_EXPORT int gc_forward(gc_model* m, const void* const* inputs, int n, void* co
     if (n_out && !outputs) return gc_fail(GC_ERR_ARG, "gc_forward: outputs is NULL");
     for (int i = 0; i < n_out; i++)
         if (!outputs[i]) return gc_fail(GC_ERR_ARG, "gc_forward: output %d (%s) is NULL", i, gc_eval_outputs[i].name);
-    GC_TRY(gc_run_eval(m->arena));
+    GC_TRY(gc_replay(&m->graphs, GC_GRAPH_EVAL, NULL, 1, gc_enqueue_eval, m, "the forward pass"));
     for (int i = 0; i < n_out; i++)
         GC_TRY(gc_copy_to_host(outputs[i], m->arena + gc_eval_outputs[i].offset, gc_eval_outputs[i].nbytes));
+    return GC_OK;
+}
+
+// Seconds of device time for `steps` train (which 0) or eval (which 1) steps on the inputs already in the
+// arena, replayed as the trainer replays them: graphs of gc_steps_per_graph(steps) steps and a remainder.
+// Before the clock starts, the graphs are captured and one of them runs as a warm-up (train steps in the
+// warm-up also update the parameters). CUDA events on cuda, the wall clock on cpu.
+GC_EXPORT int gc_time_steps(gc_model* m, int which, int steps, double* seconds) {
+    GC_TRY(gc_check_model(m, "gc_time_steps"));
+    if (which != 0 && which != 1)
+        return gc_fail(GC_ERR_ARG, "gc_time_steps: which is %d, not 0 (train) or 1 (eval)", which);
+    if (steps < 1) return gc_fail(GC_ERR_ARG, "gc_time_steps: steps is %d, must be at least 1", steps);
+    if (!seconds) return gc_fail(GC_ERR_ARG, "gc_time_steps: seconds is NULL");
+    if (which == 0 && !GC_HAS_TRAIN_STEP)
+        return gc_fail(GC_ERR_ARG, "gc_time_steps: this program has no training step");
+    const int kind = which == 0 ? GC_GRAPH_TRAIN : GC_GRAPH_EVAL;
+    gc_enqueue_fn enqueue = which == 0 ? gc_enqueue_train : gc_enqueue_eval;
+    const char* what = which == 0 ? "train steps" : "forward passes";
+    const int64_t per_graph = gc_steps_per_graph(steps);
+    gc_graph* graph;
+    if (steps % per_graph) GC_TRY(gc_graph_get(&m->graphs, kind, NULL, steps % per_graph, enqueue, m, what, &graph));
+    GC_TRY(gc_replay(&m->graphs, kind, NULL, per_graph, enqueue, m, what));
+    gc_timer timer;
+    GC_TRY(gc_timer_start(&timer));
+    GC_TRY(gc_replay_steps(&m->graphs, kind, NULL, steps, per_graph, enqueue, m, what));
+    GC_TRY(gc_timer_stop(&timer, seconds));
+    if (which == 0) m->state.step += per_graph + steps;
     return GC_OK;
 }
 

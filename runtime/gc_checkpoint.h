@@ -23,7 +23,7 @@ typedef struct {
     const char* name;
     int dtype;
     int ndim;
-    int64_t dims[4];
+    int64_t dims[8];  // at most 8 dimensions (graph.MAX_NDIM)
     size_t offset;   // in the arena
     size_t nbytes;
 } gc_tensor_info;
@@ -104,7 +104,7 @@ static int gc_checkpoint_save(const char* path, const gc_tensor_info* table, int
         const gc_tensor_info* t = &table[i];
         uint16_t len = (uint16_t)strlen(t->name);
         uint8_t dt = (uint8_t)t->dtype, nd = (uint8_t)t->ndim;
-        uint64_t dims[4], nbytes = t->nbytes;
+        uint64_t dims[8], nbytes = t->nbytes;
         for (int d = 0; d < t->ndim; d++) dims[d] = (uint64_t)t->dims[d];
         free(host);
         host = malloc(t->nbytes ? t->nbytes : 1);

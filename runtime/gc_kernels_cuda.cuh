@@ -1,191 +1,138 @@
 // gc_kernels_cuda.cuh — generic CUDA kernels the generated launchers instantiate with static shapes:
-// tiled GEMM (all transpose cases), softmax / log-softmax along one axis, softmax cross-entropy, the
-// batch gather (uint8 -> float on the device) and the accuracy count. Reductions use a fixed-shape tree
-// in shared memory and no atomics on floats, so every run is bit-for-bit reproducible.
+// the fixed-order reductions fused kernels use, the batch gather (uint8 -> float on the device) and the
+// accuracy count (the GEMM is gc_gemm_cuda.cuh). Reductions use a fixed-shape tree in shared memory and
+// no atomics on floats, so every run is bit-for-bit reproducible.
 
 #define GC_BLOCK 256
 
-// Sum (or max) of one value per thread over a block of GC_BLOCK threads, in a fixed order.
-template <typename T, bool MAX>
-__device__ T gc_block_reduce(T v, T* shared) {
-    shared[threadIdx.x] = v;
+// Sum (or max) of v over the SY threads y of column x, thread t = x + SX * y of a block of SX * SY threads,
+// in a fixed tree order; every thread of the column gets the result. `scratch` holds SX * SY values of T.
+template <typename T, bool MAX, int SX, int SY>
+__device__ T gc_reduce_columns(T v, void* scratch) {
+    if (SY == 1) return v;
+    T* s = (T*)scratch;
+    s[threadIdx.x] = v;
     __syncthreads();
-    for (int s = GC_BLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            T o = shared[threadIdx.x + s];
-            T mine = shared[threadIdx.x];   // a max keeps a NaN, as numpy's does
-            shared[threadIdx.x] = MAX ? (o > mine || o != o ? o : mine) : mine + o;
+    for (int h = SY / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h * SX) {
+            T o = s[threadIdx.x + h * SX];
+            T mine = s[threadIdx.x];   // a max keeps a NaN, as numpy's does
+            s[threadIdx.x] = MAX ? (o > mine || o != o ? o : mine) : mine + o;
         }
         __syncthreads();
     }
-    T r = shared[0];
+    T r = s[threadIdx.x % SX];
     __syncthreads();
     return r;
 }
 
-// C (M, N) = op(A) @ op(B); op(A) is (M, K): A is (M, K), or (K, M) when TA. op(B) is (K, N): B is (K, N),
-// or (N, K) when TB. 64x64 tiles of C per block of 256 threads, 4x4 outputs per thread, K in steps of 16.
-template <typename T, bool TA, bool TB>
-__global__ void __launch_bounds__(256) gc_gemm_kernel(const T* __restrict__ A, const T* __restrict__ B,
-                                                      T* __restrict__ C, int M, int N, int K) {
-    __shared__ T As[16][64 + 1];
-    __shared__ T Bs[16][64 + 1];
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const int m0 = blockIdx.y * 64, n0 = blockIdx.x * 64;
-    T acc[4][4] = {};
-    for (int k0 = 0; k0 < K; k0 += 16) {
-        for (int e = threadIdx.x; e < 64 * 16; e += 256) {
-            // A tile: rows m0..m0+63, cols k0..k0+15; consecutive threads walk the contiguous dimension.
-            int mm, kk;
-            if (TA) { mm = e % 64; kk = e / 64; } else { kk = e % 16; mm = e / 16; }
-            int m = m0 + mm, k = k0 + kk;
-            As[kk][mm] = (m < M && k < K) ? (TA ? A[(size_t)k * M + m] : A[(size_t)m * K + k]) : T(0);
-            int nn, kb;
-            if (TB) { kb = e % 16; nn = e / 16; } else { nn = e % 64; kb = e / 64; }
-            int n = n0 + nn, kB = k0 + kb;
-            Bs[kb][nn] = (n < N && kB < K) ? (TB ? B[(size_t)n * K + kB] : B[(size_t)kB * N + n]) : T(0);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < 16; kk++) {
-            T a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) { a[i] = As[kk][ty + 16 * i]; b[i] = Bs[kk][tx + 16 * i]; }
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
-            if (m < M && n < N) C[(size_t)m * N + n] = acc[i][j];
-        }
-}
-
-template <typename T, bool TA, bool TB>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K) {
-    dim3 grid((N + 63) / 64, (M + 63) / 64);
-    gc_gemm_kernel<T, TA, TB><<<grid, 256>>>(A, B, C, M, N, K);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
-}
-
-// softmax (or log-softmax) of x viewed as (outer, length, inner) along the middle axis; one block per row.
-template <typename T, bool LOG>
-__global__ void gc_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int length, int inner) {
-    __shared__ T shared[GC_BLOCK];
-    const size_t row = blockIdx.x, o = row / inner, in = row % inner;
-    const T* xr = x + o * (size_t)length * inner + in;
-    T* yr = y + o * (size_t)length * inner + in;
-    T mx = -INFINITY;
-    for (int j = threadIdx.x; j < length; j += GC_BLOCK) mx = fmax(mx, xr[(size_t)j * inner]);
-    mx = gc_block_reduce<T, true>(mx, shared);
-    T sum = 0;
-    for (int j = threadIdx.x; j < length; j += GC_BLOCK) sum += exp(xr[(size_t)j * inner] - mx);
-    sum = gc_block_reduce<T, false>(sum, shared);
-    const T lse = log(sum);
-    for (int j = threadIdx.x; j < length; j += GC_BLOCK) {
-        T s = xr[(size_t)j * inner] - mx;
-        yr[(size_t)j * inner] = LOG ? s - lse : exp(s) / sum;
-    }
-}
-
-template <typename T, bool LOG>
-static int gc_softmax(const T* x, T* y, int outer, int length, int inner) {
-    gc_softmax_kernel<T, LOG><<<outer * inner, GC_BLOCK>>>(x, y, length, inner);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
-}
-
-// loss = mean over rows of logsumexp(logits[b]) - logits[b, label[b]]; one block, fixed-order sum.
-// A label outside [0, classes) makes the loss NaN (the trainer validates labels when it loads them).
-template <typename T, typename L>
-__global__ void gc_softmax_xent_kernel(const T* __restrict__ logits, const L* __restrict__ labels, T* out,
-                                       int batch, int classes) {
-    __shared__ T shared[GC_BLOCK];
-    T total = 0;
-    for (int b = threadIdx.x; b < batch; b += GC_BLOCK) {
-        const T* row = logits + (size_t)b * classes;
-        T mx = -INFINITY;
-        for (int c = 0; c < classes; c++) mx = fmax(mx, row[c]);
-        T sum = 0;
-        for (int c = 0; c < classes; c++) sum += exp(row[c] - mx);
-        int label = (int)labels[b];
-        total += (label >= 0 && label < classes) ? log(sum) + mx - row[label] : T(NAN);
-    }
-    total = gc_block_reduce<T, false>(total, shared);
-    if (threadIdx.x == 0) *out = total / batch;
-}
-
-template <typename T, typename L>
-static int gc_softmax_xent(const T* logits, const L* labels, T* out, int batch, int classes) {
-    gc_softmax_xent_kernel<T, L><<<1, GC_BLOCK>>>(logits, labels, out, batch, classes);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
+// Sum (or max) of one value per thread over a block of GC_BLOCK threads, in a fixed order.
+template <typename T, bool MAX>
+__device__ T gc_block_reduce(T v, T* shared) {
+    return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, shared);
 }
 
 // ---- the trainer's kernels -------------------------------------------------------------------------
-// x[b, :] = images[index[first + b], :] * scale (uint8 images) or a copy (float images); y[b] likewise.
-// Rows past `count` (the last partial batch) repeat the last valid example and are ignored by the caller.
-template <typename IMG>
+// A training step in the trainer's graph is gather -> the step's kernels; a replayed chunk of steps ends
+// with gc_steps_done. The batch position comes from the device-side cursor, so a graph replays unchanged.
+//
+// Row b of the batch is example gc_batch_source(cursor, first, count, batch, b): position first + b, plus
+// cursor->step * batch when training, through the epoch's permutation when shuffling. Rows past `count`
+// (the last partial eval batch) repeat the last valid example and are ignored by the caller.
+// x[b, :] = images[src, :] * scale for uint8 images, a copy for float images.
+// When `sums` is given, the kernel also records the previous step's loss (gc_record_loss): folded in here
+// it costs no launch of its own.
+//
+// One block per batch row; every thread computes the row's source (a few dozen integer operations,
+// identical across the block) instead of synchronizing on a shared value. Rows move V elements at a time.
+template <typename IMG, int V>
 __global__ void gc_gather_kernel(const IMG* __restrict__ images, const int32_t* __restrict__ labels,
-                                 const int32_t* __restrict__ index, int64_t first, int count, int64_t row,
-                                 float scale, float* __restrict__ x, int32_t* __restrict__ y, int batch) {
-    const int64_t total = (int64_t)batch * row;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int b = (int)(e / row);
-        int src = index[first + (b < count ? b : count - 1)];
-        float v = (float)images[(int64_t)src * row + e % row];
-        x[e] = sizeof(IMG) == 1 ? v * scale : v;
-        if (e % row == 0) y[b] = labels[src];
+                                 const gc_cursor* __restrict__ cursor, int64_t first, int count, int row,
+                                 float scale, float* __restrict__ x, int32_t* __restrict__ y, int batch,
+                                 const float* __restrict__ loss, double* __restrict__ sums) {
+    const int b = blockIdx.x;
+    const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
+    const IMG* in = images + (int64_t)src * row;
+    float* out = x + (int64_t)b * row;
+    for (int e = threadIdx.x * V; e < row; e += blockDim.x * V) {
+        float v[V];
+        if (V == 4 && sizeof(IMG) == 1) {
+            uchar4 u = *(const uchar4*)(in + e);
+            v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
+        } else if (V == 4) {
+            float4 f = *(const float4*)(in + e);
+            v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+        } else {
+            v[0] = (float)in[e];
+        }
+#pragma unroll
+        for (int i = 0; i < V; i++) v[i] = sizeof(IMG) == 1 ? v[i] * scale : v[i];
+        if (V == 4) *(float4*)(out + e) = make_float4(v[0], v[1], v[2], v[3]);
+        else out[e] = v[0];
+    }
+    if (threadIdx.x == 0) y[b] = labels[src];
+    if (sums && b == 0 && threadIdx.x == 0) {
+        gc_record_loss(sums, *loss);
     }
 }
 
 template <typename IMG>
-static int gc_gather(const IMG* images, const int32_t* labels, const int32_t* index, int64_t first, int count,
-                     int64_t row, float scale, float* x, int32_t* y, int batch) {
-    int64_t total = (int64_t)batch * row;
-    int blocks = (int)((total + 255) / 256 < 2048 ? (total + 255) / 256 : 2048);
-    gc_gather_kernel<IMG><<<blocks, 256>>>(images, labels, index, first, count, row, scale, x, y, batch);
+static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
+                     int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums) {
+    // vector moves need rows that keep 16-byte alignment of the float output: images and x start 256-aligned
+    const int vectors = row % 4 == 0 ? row / 4 : row;
+    const int threads = vectors < 256 ? (vectors + 31) / 32 * 32 : 256;
+    if (row % 4 == 0)
+        gc_gather_kernel<IMG, 4><<<batch, threads>>>(images, labels, cursor, first, count, row, scale, x, y, batch,
+                                                     loss, sums);
+    else
+        gc_gather_kernel<IMG, 1><<<batch, threads>>>(images, labels, cursor, first, count, row, scale, x, y, batch,
+                                                     loss, sums);
     GC_LAUNCH_CHECK();
     return GC_OK;
 }
 
-// correct += number of rows b < count whose argmax(logits[b]) equals y[b] (first maximum wins, as numpy).
+// Start a chunk of steps: the cursor's position and order; the epoch's loss sums restart when given.
+__global__ void gc_set_cursor_kernel(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
+    cursor->step = step;
+    cursor->order = order;
+    cursor->shuffle = shuffle;
+    if (sums) sums[0] = sums[1] = 0;
+}
+
+static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
+    gc_set_cursor_kernel<<<1, 1>>>(cursor, step, order, shuffle, sums);
+    GC_LAUNCH_CHECK();
+    return GC_OK;
+}
+
+// End a replayed chunk of `steps` steps: record its last loss and advance the cursor past it.
+__global__ void gc_steps_done_kernel(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
+    gc_record_loss(sums, *loss);
+    cursor->step += steps;
+}
+
+static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
+    gc_steps_done_kernel<<<1, 1>>>(cursor, steps, loss, sums);
+    GC_LAUNCH_CHECK();
+    return GC_OK;
+}
+
+// correct (+)= number of rows b < count whose argmax(logits[b]) equals y[b] (first maximum wins, as numpy);
+// the first batch of an evaluation sets it (no separate zeroing launch).
 __global__ void gc_count_correct_kernel(const float* __restrict__ logits, const int32_t* __restrict__ y,
-                                        int count, int classes, int64_t* correct) {
+                                        int count, int classes, int64_t* correct, int first) {
     __shared__ int64_t shared[GC_BLOCK];
     int64_t hits = 0;
-    for (int b = threadIdx.x; b < count; b += GC_BLOCK) {
-        const float* row = logits + (size_t)b * classes;
-        int best = 0;
-        for (int c = 1; c < classes; c++) if (row[c] > row[best]) best = c;
-        hits += best == y[b];
-    }
+    for (int b = threadIdx.x; b < count; b += GC_BLOCK)
+        hits += gc_argmax(logits + (size_t)b * classes, classes) == y[b];
     hits = gc_block_reduce<int64_t, false>(hits, shared);
-    if (threadIdx.x == 0) *correct += hits;
+    if (threadIdx.x == 0) *correct = (first ? 0 : *correct) + hits;
 }
 
-static int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct) {
-    gc_count_correct_kernel<<<1, GC_BLOCK>>>(logits, y, count, classes, correct);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
-}
-
-// sums[0] += *loss when it is finite (a step the guard skipped adds nothing); sums[1] = *loss: the epoch's
-// running total and its last value, kept on the device.
-__global__ void gc_track_loss_kernel(const float* loss, double* sums) {
-    if (isfinite(*loss)) sums[0] += *loss;
-    sums[1] = *loss;
-}
-
-static int gc_track_loss(const float* loss, double* sums) {
-    gc_track_loss_kernel<<<1, 1>>>(loss, sums);
+static int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
+                            int first) {
+    gc_count_correct_kernel<<<1, GC_BLOCK>>>(logits, y, count, classes, correct, first);
     GC_LAUNCH_CHECK();
     return GC_OK;
 }

@@ -1,4 +1,5 @@
-// gc_runtime.h — error handling, the device abstraction (CUDA or host), allocation counting, timers.
+// gc_runtime.h — error handling, the device abstraction (CUDA or host), the training order (a keyed
+// permutation), CUDA graph capture and replay, timers.
 // Inlined into every generated program. Compiled by nvcc (GC_CUDA) or by a C++ compiler (cpu target).
 //
 // Error style: every fallible function returns an int code (GC_OK = 0) and leaves a message in
@@ -15,6 +16,15 @@
 #ifdef __CUDACC__
 #define GC_CUDA 1
 #include <cuda_runtime.h>
+#endif
+// Functions that kernels of both targets call (the permutation, conv gathers, GEMM epilogues): host and
+// device code on cuda, plain functions on the cpu.
+#ifndef GC_HD
+#ifdef __CUDACC__
+#define GC_HD __host__ __device__
+#else
+#define GC_HD
+#endif
 #endif
 
 enum {
@@ -87,6 +97,7 @@ static int gc_device_check(void) {
 static int gc_device_check(void) { return GC_OK; }
 #endif
 
+// The only place the program allocates on the device.
 static int gc_device_alloc(void** out, size_t bytes, const char* what) {
 #ifdef GC_CUDA
     cudaError_t e = cudaMalloc(out, bytes);
@@ -154,28 +165,257 @@ static double gc_now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// ---- a small seeded RNG (splitmix64) for shuffling; its whole state is one uint64 ---------------------
-static uint64_t gc_rng_next(uint64_t* state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+// ---- the training order: a keyed bijection of [0, n), a pure function of (seed, epoch) --------------
+// The trainer's gather kernel evaluates it for every batch row, so there is no index array and no host
+// shuffle. A 4-round balanced Feistel network over [0, 4^h) (4^h the smallest power of four >= n), cycle
+// walking back into [0, n); round keys from splitmix64 of (seed, epoch). gcompile/permutation.py is the
+// same function in numpy (it documents the construction); the two must agree bit for bit.
+typedef struct {
+    uint32_t key[4];   // round keys of this (seed, epoch)
+    uint32_t half;     // bits in each Feistel half
+    uint32_t n;        // the permutation is of [0, n)
+} gc_perm;
+
+static uint64_t gc_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 
-// The seed of an epoch's data order: a function of (seed, epoch) alone, so a run resumed at any epoch
-// shuffles exactly as the uninterrupted run did.
-static uint64_t gc_epoch_seed(uint64_t seed, uint64_t epoch) {
-    uint64_t state = seed ^ (epoch * 0xD1B54A32D192ED03ull);
-    return gc_rng_next(&state);
+// Epochs count from 0; n is in [1, 2^32 - 1] (the caller checks).
+static gc_perm gc_perm_make(uint64_t seed, uint64_t epoch, uint32_t n) {
+    const uint64_t golden = 0x9E3779B97F4A7C15ull, s = gc_mix64(seed + golden);
+    gc_perm p;
+    for (int r = 0; r < 4; r++) p.key[r] = (uint32_t)gc_mix64(s + golden * (4 * epoch + r + 1));
+    p.half = 1;
+    while (p.half < 16 && (1ull << (2 * p.half)) < n) p.half++;
+    p.n = n;
+    return p;
 }
 
-// Fisher-Yates shuffle of idx[0..n) driven by the RNG (unbiased: rejection on the modulo range).
-static void gc_shuffle(int32_t* idx, int64_t n, uint64_t* state) {
-    for (int64_t i = n - 1; i > 0; i--) {
-        uint64_t bound = (uint64_t)(i + 1), limit = UINT64_MAX - UINT64_MAX % bound, r;
-        do { r = gc_rng_next(state); } while (r >= limit);
-        int64_t j = (int64_t)(r % bound);
-        int32_t t = idx[i]; idx[i] = idx[j]; idx[j] = t;
+GC_HD static inline uint32_t gc_hash32(uint32_t x) {   // lowbias32
+    x ^= x >> 16; x *= 0x7FEB352Du;
+    x ^= x >> 15; x *= 0x846CA68Bu;
+    return x ^ (x >> 16);
+}
+
+// The example read at position i (< p.n) of the epoch.
+GC_HD static inline uint32_t gc_perm_apply(const gc_perm& p, uint32_t i) {
+    const uint32_t mask = (1u << p.half) - 1;
+    uint32_t x = i;
+    do {
+        uint32_t l = x >> p.half, r = x & mask;
+        for (int k = 0; k < 4; k++) {
+            uint32_t t = l ^ (gc_hash32(r ^ p.key[k]) & mask);
+            l = r;
+            r = t;
+        }
+        x = (l << p.half) | r;
+    } while (x >= p.n);
+    return x;
+}
+
+// Where the training loop stands, kept on the device so a replayed graph needs no new parameters: the
+// gather kernels read it, the last kernel of each replayed chunk advances it (gc_kernels_*: trainer section).
+typedef struct {
+    int64_t step;      // the epoch's step run by the first step of the next replayed chunk
+    gc_perm order;     // this epoch's order of examples
+    int32_t shuffle;   // 0: file order (--no-shuffle)
+} gc_cursor;
+
+// The example that row b of a batch reads: position first + min(b, count - 1) (rows past `count` repeat the
+// last valid one), shifted by the cursor's step and permuted by its order when there is a cursor.
+GC_HD static inline uint32_t gc_batch_source(const gc_cursor* cursor, int64_t first, int count, int batch, int b) {
+    int64_t p = first + (b < count ? b : count - 1);
+    if (!cursor) return (uint32_t)p;
+    p += cursor->step * batch;
+    return cursor->shuffle ? gc_perm_apply(cursor->order, (uint32_t)p) : (uint32_t)p;
+}
+
+// A step's loss into the epoch's sums on the device: sums[0] += loss when it is finite (a step the numerical
+// guard skipped adds nothing), sums[1] = loss (the last one).
+GC_HD static inline void gc_record_loss(double* sums, float loss) {
+    if (isfinite(loss)) sums[0] += loss;
+    sums[1] = loss;
+}
+
+// The index of the largest of row[0..classes) (the first one wins, as numpy's argmax).
+GC_HD static inline int gc_argmax(const float* row, int classes) {
+    int best = 0;
+    for (int c = 1; c < classes; c++) if (row[c] > row[best]) best = c;
+    return best;
+}
+
+// ---- CUDA graphs: capture a piece of work once, replay it ---------------------------------------------
+// Work is described by an enqueue function that launches `length` units of it (training steps, eval
+// batches). With graphs on, the first request for a (kind, tag, length) captures what the function
+// launches into a graph and instantiates it; later requests launch the instance. With graphs off (the cpu
+// target, the trainer's --no-graph, GC_NO_GRAPH=1 in the environment) the function is simply called: the
+// same kernels in the same order either way, so results are identical.
+// Capture needs every kernel launch on the per-thread default stream: the build passes nvcc
+// `--default-stream per-thread`; a program compiled without it runs without graphs.
+typedef int (*gc_enqueue_fn)(void* ctx, int64_t length);
+
+#if defined(GC_CUDA) && defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#define GC_GRAPHS 1
+typedef cudaGraphExec_t gc_graph_exec;
+#else
+#define GC_GRAPHS 0
+typedef void* gc_graph_exec;
+#endif
+#define GC_GRAPH_SLOTS 8
+#define GC_MAX_STEPS_PER_GRAPH 64
+
+typedef struct {
+    int kind;              // the caller's name for the work (0: free slot)
+    const void* tag;       // which data the work reads, part of the key
+    int64_t length;
+    gc_graph_exec exec;
+} gc_graph;
+
+typedef struct {
+    int enabled;
+    int next;              // the slot taken over when all are in use
+    gc_graph slot[GC_GRAPH_SLOTS];
+} gc_graphs;
+
+static int gc_graphs_default(void) {
+    const char* off = getenv("GC_NO_GRAPH");
+    return GC_GRAPHS && !(off && *off && strcmp(off, "0"));
+}
+
+static void gc_graphs_free(gc_graphs* g) {
+#if GC_GRAPHS
+    for (int i = 0; i < GC_GRAPH_SLOTS; i++)
+        if (g->slot[i].exec) cudaGraphExecDestroy(g->slot[i].exec);
+#endif
+    memset(g->slot, 0, sizeof g->slot);
+    g->next = 0;
+}
+
+#if GC_GRAPHS
+// Capture enqueue(ctx, length) on the per-thread default stream and instantiate it. Whatever fails, the
+// capture is ended (the stream stays usable) and the message says what was being captured.
+static int gc_capture(gc_graph_exec* out, gc_enqueue_fn enqueue, void* ctx, int64_t length, const char* what) {
+    cudaGraph_t graph = NULL;
+    *out = NULL;
+    GC_CUDA_TRY(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
+    int rc = enqueue(ctx, length);
+    cudaError_t e = cudaStreamEndCapture(cudaStreamPerThread, &graph);
+    if (rc == GC_OK && e != cudaSuccess)
+        rc = gc_fail(GC_ERR_DEVICE, "%s (a call that is not allowed during capture?)", cudaGetErrorString(e));
+    if (rc == GC_OK) {
+        e = cudaGraphInstantiate(out, graph, 0);
+        if (e == cudaSuccess) e = cudaGraphUpload(*out, cudaStreamPerThread);
+        if (e != cudaSuccess) rc = gc_fail(GC_ERR_DEVICE, "instantiating the graph failed: %s", cudaGetErrorString(e));
     }
+    if (graph) cudaGraphDestroy(graph);
+    if (rc == GC_OK) return GC_OK;
+    if (*out) cudaGraphExecDestroy(*out);
+    *out = NULL;
+    cudaGetLastError();   // clear the capture's error so later calls start clean
+    char inner[sizeof gc_error_message];
+    memcpy(inner, gc_error_message, sizeof inner);
+    return gc_fail(rc, "capturing %s (%lld per launch) into a CUDA graph: %s", what, (long long)length, inner);
+}
+#endif
+
+// The graph for (kind, tag, length), captured on first use; *out is NULL when graphs are off.
+static int gc_graph_get(gc_graphs* g, int kind, const void* tag, int64_t length, gc_enqueue_fn enqueue, void* ctx,
+                        const char* what, gc_graph** out) {
+    *out = NULL;
+    if (!g->enabled) return GC_OK;
+    for (int i = 0; i < GC_GRAPH_SLOTS; i++)
+        if (g->slot[i].kind == kind && g->slot[i].tag == tag && g->slot[i].length == length) {
+            *out = &g->slot[i];
+            return GC_OK;
+        }
+#if GC_GRAPHS
+    gc_graph* s = &g->slot[g->next];
+    g->next = (g->next + 1) % GC_GRAPH_SLOTS;
+    if (s->exec) cudaGraphExecDestroy(s->exec);
+    memset(s, 0, sizeof *s);
+    GC_TRY(gc_capture(&s->exec, enqueue, ctx, length, what));
+    s->kind = kind; s->tag = tag; s->length = length;
+    *out = s;
+#else
+    (void)enqueue; (void)ctx; (void)what;
+#endif
+    return GC_OK;
+}
+
+// Enqueue `length` units of work: one graph launch, or the plain calls when graphs are off.
+static int gc_replay(gc_graphs* g, int kind, const void* tag, int64_t length, gc_enqueue_fn enqueue, void* ctx,
+                     const char* what) {
+    gc_graph* graph;
+    GC_TRY(gc_graph_get(g, kind, tag, length, enqueue, ctx, what, &graph));
+    if (!graph) return enqueue(ctx, length);
+#if GC_GRAPHS
+    GC_CUDA_TRY(cudaGraphLaunch(graph->exec, cudaStreamPerThread));
+#endif
+    return GC_OK;
+}
+
+// Steps per graph launch for runs of `steps`: all of them up to GC_MAX_STEPS_PER_GRAPH, else the largest
+// divisor of `steps` in [GC_MAX_STEPS_PER_GRAPH / 2, GC_MAX_STEPS_PER_GRAPH] (an epoch is then whole
+// launches), else GC_MAX_STEPS_PER_GRAPH and a remainder graph.
+static int64_t gc_steps_per_graph(int64_t steps) {
+    if (steps <= GC_MAX_STEPS_PER_GRAPH) return steps > 0 ? steps : 1;
+    for (int64_t k = GC_MAX_STEPS_PER_GRAPH; k >= GC_MAX_STEPS_PER_GRAPH / 2; k--)
+        if (steps % k == 0) return k;
+    return GC_MAX_STEPS_PER_GRAPH;
+}
+
+// `steps` units as launches of the `per_graph` graph, then one of the remainder's.
+static int gc_replay_steps(gc_graphs* g, int kind, const void* tag, int64_t steps, int64_t per_graph,
+                           gc_enqueue_fn enqueue, void* ctx, const char* what) {
+    for (int64_t done = 0; done + per_graph <= steps; done += per_graph)
+        GC_TRY(gc_replay(g, kind, tag, per_graph, enqueue, ctx, what));
+    if (steps % per_graph) GC_TRY(gc_replay(g, kind, tag, steps % per_graph, enqueue, ctx, what));
+    return GC_OK;
+}
+
+// Wait until the device has done everything enqueued so far (by this thread).
+static int gc_device_sync(void) {
+#ifdef GC_CUDA
+    GC_CUDA_TRY(cudaStreamSynchronize(cudaStreamPerThread));
+#endif
+    return GC_OK;
+}
+
+// Seconds of device time between gc_timer_start and gc_timer_stop (CUDA events; the wall clock on cpu).
+typedef struct {
+    double start;
+#ifdef GC_CUDA
+    cudaEvent_t begin, end;
+#endif
+} gc_timer;
+
+static int gc_timer_start(gc_timer* t) {
+    memset(t, 0, sizeof *t);
+#ifdef GC_CUDA
+    GC_CUDA_TRY(cudaEventCreate(&t->begin));
+    GC_CUDA_TRY(cudaEventCreate(&t->end));
+    GC_CUDA_TRY(cudaEventRecord(t->begin, cudaStreamPerThread));
+#else
+    t->start = gc_now();
+#endif
+    return GC_OK;
+}
+
+static int gc_timer_stop(gc_timer* t, double* seconds) {
+#ifdef GC_CUDA
+    float ms = 0;
+    cudaError_t e = cudaEventRecord(t->end, cudaStreamPerThread);
+    if (e == cudaSuccess) e = cudaEventSynchronize(t->end);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, t->begin, t->end);
+    cudaEventDestroy(t->begin);
+    cudaEventDestroy(t->end);
+    if (e != cudaSuccess) return gc_fail(GC_ERR_DEVICE, "timing on the device failed: %s", cudaGetErrorString(e));
+    *seconds = ms * 1e-3;
+#else
+    *seconds = gc_now() - t->start;
+#endif
+    return GC_OK;
 }
 

@@ -62,7 +62,7 @@ def add_step(pool: list, kind: str, i: int, j: int, p: int, assigned: dict) -> N
         node = gc.reshape(a, ((-1,), (1, -1), (-1, 1), a.shape)[p % 4])
     elif kind == "transpose":
         node = gc.transpose(a) if p % 2 else gc.transpose(a, tuple(range(a.ndim)))
-    elif kind == "broadcast":
+    elif kind == "broadcast" and a.ndim < gc.graph.MAX_NDIM:
         node = gc.broadcast_to(a, ((2,) + a.shape, a.shape)[p % 2])
     elif kind == "repeat" and a.inputs and a.op != "assign":     # same op, inputs and attrs: a CSE target
         node = gc.Node(a.op, a.inputs, a.attrs)

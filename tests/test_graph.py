@@ -380,6 +380,7 @@ def test_program_collects_gradients_updates_and_inputs():
     assert all(u.op == "assign" for u in prog.updates)
     targets = [u.inputs[0].name for u in prog.updates]  # the parameters, then the guard's and the step counter
     assert targets == [p.name for p in params] + ["guard.nonfinite_steps", "guard.halted_at", "step"]
+    assert prog.updates[-1].inputs[0] is gc.step_counter()  # the step counter's increment
     assert prog.train_outputs[0] is loss
     assert [p.name for p in prog.inputs] == ["x", "y"]
     assert prog.batch_size == 6

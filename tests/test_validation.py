@@ -117,6 +117,9 @@ MODEL_CASES = {  # name: (model file text, extra arguments, message)
                     "gc.placeholder('b', (4, 5))\n", [], r"matmul: .*3 != 4"),
     "unsupported dtype": ("import gcompile as gc\ndef program():\n    gc.placeholder('a', (2,), dtype='int64')\n",
                           [], r"unsupported dtype 'int64'; gcompile supports float32, float64, int32, uint8"),
+    "too many dimensions": ("import gcompile as gc\ndef program():\n    gc.placeholder('a', (1,) * 9)\n", [],
+                            r"placeholder: a would have 9 dimensions \(1, 1, 1, 1, 1, 1, 1, 1, 1\); gcompile supports "
+                            r"at most 8"),
     "unused parameter": (GOOD_MODEL.replace("[W]", "[W, gc.variable('V', (2,))]"), [],
                          r"the loss does not depend on parameter\(s\) \['V'\]"),
     "bad arch": (GOOD_MODEL, ["--target", "cuda", "--arch", "sm90"], r"'sm90' is not sm_XY or compute_XY"),

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from ..build import compile_flags
 from ..errors import GCompileError
-from .model_file import add_model_arguments, default_target, load_program
+from .model_file import add_model_arguments, default_target, load_program, parse_settings
 
 
 def add_arguments(parser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--after", metavar="PASS", default=None,
-                        help="print the IR after this pass only: trace, simplify, schedule, plan_memory, lower "
-                             "or emit (default: the simplified IR, the schedule and the memory plan)")
+                        help="print the IR after this pass only: trace, simplify, fuse, schedule, plan_memory, "
+                             "lower or emit (default: the fused IR with its groups, the schedule and the memory "
+                             "plan)")
 
 
 def run(args) -> int:
@@ -22,10 +23,10 @@ def run(args) -> int:
         raise GCompileError(f"--after: unknown pass {args.after!r}; the passes are {', '.join(PASSES)}")
     target = args.target or default_target()
     compiler, flags, _ = compile_flags(target, args.arch, sanitize=args.sanitize)
-    program = load_program(args.model, args.batch_size)
+    program = load_program(args.model, args.batch_size, parse_settings(args.set))
     compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
-                               build_command=" ".join([compiler, *flags]))
-    stages = [args.after] if args.after else ["simplify", "schedule", "plan_memory"]
+                               build_command=" ".join([compiler, *flags]), precision=args.precision)
+    stages = [args.after] if args.after else ["fuse", "schedule", "plan_memory"]
     for stage in stages:
         print(f"==== after {stage} ====")
         print(compiled.stages[stage])

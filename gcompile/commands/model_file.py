@@ -1,8 +1,11 @@
 """A model file is a Python file that defines `program(batch_size=...) -> gc.Program` (see examples/).
-The subcommands import it by path and call `program`, passing --batch-size when given."""
+The subcommands import it by path and call `program`, passing --batch-size when given and every
+`--set NAME=VALUE` as the keyword argument NAME (VALUE read as a Python literal — 0.1, True, (20, 50) or
+20,50 — else as text: --set optimizer=adam)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import inspect
 import os
@@ -16,7 +19,21 @@ from ..errors import GCompileError
 from ..program import Program
 
 
-def load_program(path, batch_size: int | None = None) -> Program:
+def parse_settings(items) -> dict:
+    """["NAME=VALUE", ...] -> {NAME: value}: a Python literal where VALUE is one, else the text."""
+    settings = {}
+    for item in items or ():
+        name, sep, text = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise GCompileError(f"--set {item!r}: expected NAME=VALUE, e.g. --set optimizer=adam")
+        try:
+            settings[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            settings[name] = text
+    return settings
+
+
+def load_program(path, batch_size: int | None = None, settings: dict | None = None) -> Program:
     path = Path(path)
     if not path.is_file():
         raise GCompileError(f"{path}: no such model file")
@@ -30,11 +47,15 @@ def load_program(path, batch_size: int | None = None) -> Program:
     make = getattr(module, "program", None)
     if not callable(make):
         raise GCompileError(f"{path}: a model file must define program(batch_size=...) returning a gc.Program")
-    kwargs = {}
+    kwargs = dict(settings or {})
     if batch_size is not None:
-        if "batch_size" not in inspect.signature(make).parameters:
-            raise GCompileError(f"{path}: program() takes no batch_size, so --batch-size cannot be used")
         kwargs["batch_size"] = batch_size
+    accepted = inspect.signature(make).parameters
+    unknown = [name for name in kwargs if name not in accepted]
+    if unknown:
+        flags = ", ".join("--batch-size" if n == "batch_size" else f"--set {n}=..." for n in unknown)
+        raise GCompileError(f"{path}: program() takes no {', '.join(unknown)}, so {flags} cannot be used "
+                            f"(it takes {', '.join(accepted) or 'nothing'})")
     program = run_model_code(path, make, **kwargs)
     if not isinstance(program, Program):
         raise GCompileError(f"{path}: program() returned {type(program).__name__}, not a gc.Program")
@@ -83,6 +104,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "(PTX), comma-separated, e.g. sm_90 or sm_80,sm_90,compute_90 (default: the GPU's, or "
                         "sm_90,compute_90 when there is no GPU)")
     parser.add_argument("--batch-size", type=positive_int, default=None, help="passed to program(batch_size=...)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="passed to program(NAME=VALUE), VALUE a Python literal or text; repeatable, "
+                             "e.g. --set optimizer=adam --set batch_norm=False")
+    parser.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                        help="float32 GEMMs in fp32 (default) or on tf32 tensor cores (cuda target)")
     parser.add_argument("--sanitize", action="store_true", help="cpu target: build under AddressSanitizer and "
                         "UndefinedBehaviorSanitizer (every report fatal), for testing")
 
@@ -90,6 +116,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def compile_model(args, out_dir=None):
     from ..compiler import compile as compile_program
 
-    program = load_program(args.model, args.batch_size)
+    program = load_program(args.model, args.batch_size, parse_settings(args.set))
     return compile_program(program, target=args.target or default_target(), out_dir=out_dir,
-                           arch=args.arch, source=os.path.relpath(args.model), sanitize=args.sanitize)
+                           arch=args.arch, source=os.path.relpath(args.model), precision=args.precision,
+                           sanitize=args.sanitize)

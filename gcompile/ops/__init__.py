@@ -8,4 +8,4 @@
 `get_op(name)` finds an op; `register` (a class decorator) adds one.
 """
 from .base import OPS, Op, get_op, register  # noqa: F401
-from . import elementwise, leaves, matmul, nn, reduce, shape  # noqa: F401  (registration side effects)
+from . import conv, elementwise, leaves, matmul, mode, nn, random, reduce, shape  # noqa: F401  (registration)

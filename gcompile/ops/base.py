@@ -22,6 +22,10 @@ class Op:
         """Gradient nodes for each input (None: no gradient flows there)."""
         raise GCompileError(f"{self.name}: no gradient rule (node {node.describe()})")
 
+    def writes(self, node) -> list:
+        """The variables the node writes in place (the schedule puts it after their other readers)."""
+        return []
+
 
 def register(cls):
     op = cls()

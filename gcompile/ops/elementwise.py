@@ -132,6 +132,20 @@ class Tanh(Elementwise):
 
 
 @register
+class Cos(Elementwise):
+    name, c_expr, float_only = "cos", "cos({0})", True
+    def compute(self, node, x): return np.cos(x)
+    def grad(self, node, g): return [-(g * G.sin(node.inputs[0]))]
+
+
+@register
+class Sin(Elementwise):
+    name, c_expr, float_only = "sin", "sin({0})", True
+    def compute(self, node, x): return np.sin(x)
+    def grad(self, node, g): return [g * G.cos(node.inputs[0])]
+
+
+@register
 class Sigmoid(Elementwise):
     name, float_only = "sigmoid", True
     c_expr = "({0} >= 0 ? 1 / (1 + exp(-{0})) : exp({0}) / (1 + exp({0})))"

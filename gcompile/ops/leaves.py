@@ -58,6 +58,9 @@ class Assign(Op):
     def grad(self, node, g):
         return [None, None]
 
+    def writes(self, node):
+        return [node.inputs[0]]
+
 
 @register
 class Cast(Op):

@@ -1,4 +1,7 @@
-"""matmul(a, b, trans_a, trans_b) = op(a) @ op(b) for 2-D operands, op(m) = m.T when its flag is set."""
+"""matmul(a, b, trans_a, trans_b) = op(a) @ op(b), op(m) = m with its last two axes swapped when its flag is
+set. Operands are 2-D matrices or 3-D stacks of them (numpy's matmul): a 2-D operand, or a stack of one, is
+shared by every matrix of the other operand's stack. Convolutions use this form: one weight matrix times
+each example's patches (the runtime's batched GEMM)."""
 from __future__ import annotations
 
 from .. import graph as G
@@ -14,26 +17,33 @@ class Matmul(Op):
         a, b = node.inputs
         ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
         for x in (a, b):
-            if x.ndim != 2:
-                raise ShapeError(f"matmul: operands must be 2-D, got {a.describe()} @ {b.describe()}")
+            if x.ndim not in (2, 3):
+                raise ShapeError(f"matmul: operands must be 2-D (or 3-D stacks), got {a.describe()} @ "
+                                 f"{b.describe()}")
             require_float("matmul", x)
         dtype = same_dtype("matmul", a, b)
-        m, k = a.shape[::-1] if ta else a.shape
-        k2, n = b.shape[::-1] if tb else b.shape
+        m, k = a.shape[-2:][::-1] if ta else a.shape[-2:]
+        k2, n = b.shape[-2:][::-1] if tb else b.shape[-2:]
         if k != k2:
             sa = f"{a.describe()}{'.T' if ta else ''}"
             sb = f"{b.describe()}{'.T' if tb else ''}"
             raise ShapeError(f"matmul: inner dimensions differ: {sa} @ {sb} ({k} != {k2})")
-        return (m, n), dtype
+        stacks = {x.shape[0] for x in (a, b) if x.ndim == 3}
+        if len(stacks - {1}) > 1:
+            raise ShapeError(f"matmul: stacks of different sizes: {a.describe()} @ {b.describe()}")
+        if not stacks:
+            return (m, n), dtype
+        return (max(stacks), m, n), dtype
 
     def compute(self, node, a, b):
         if node.attrs["trans_a"]:
-            a = a.T
+            a = a.swapaxes(-1, -2)
         if node.attrs["trans_b"]:
-            b = b.T
+            b = b.swapaxes(-1, -2)
         return a @ b
 
     def grad(self, node, g):
+        # a stack's gradient w.r.t. a shared matrix comes back stacked; autodiff sums it over the stack
         a, b = node.inputs
         ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
         if not ta and not tb:    # C = A B

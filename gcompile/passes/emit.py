@@ -18,14 +18,18 @@ from .lower import C_TYPES, c_literal
 DTYPE_CODES = {"uint8": 0, "int32": 1, "float32": 2, "float64": 4}
 
 RUNTIME_HEAD = [
-    ("gc_runtime.h", "error codes and messages, the device abstraction, RNG, checksum"),
+    ("gc_runtime.h", "error codes and messages, the device abstraction, training order, CUDA graphs, timers"),
     ("gc_data.h", ".npy and IDX readers with full validation"),
     ("gc_checkpoint.h", "the checkpoint format: atomic save, checked load"),
 ]
 RUNTIME_KERNELS = {
-    "cuda": ("gc_kernels_cuda.cuh", "generic CUDA kernels: GEMM, softmax, cross-entropy, batch gather"),
-    "cpu": ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM, softmax, cross-entropy, batch gather"),
+    "cuda": [("gc_gemm.h", "the GEMM's tile type and plain-store epilogue"),
+             ("gc_gemm_cuda.cuh", "GEMM: register-blocked fp32 / tf32 tensor cores, fused epilogue, split-K"),
+             ("gc_kernels_cuda.cuh", "generic CUDA kernels: fixed-order reductions for fused kernels, batch gather")],
+    "cpu": [("gc_gemm.h", "the GEMM's tile type and plain-store epilogue"),
+            ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM with epilogues, batch gather")],
 }
+RUNTIME_CONV = ("gc_kernels_conv.h", "both targets: im2col/col2im, pooling and its gradient, Philox dropout masks")
 RUNTIME_TAIL = [
     ("gc_abi.h", "the C ABI: create/destroy, train_step, forward, variables, save/load, last error"),
     ("gc_main.h", "the training command line (train / eval) of the standalone binary"),
@@ -112,7 +116,7 @@ def emit(module, plan, kernels, target: str, build_command: str) -> str:
     context = {
         "version": __version__, "source": module.source, "name": module.name, "target": target,
         "build_command": build_command,
-        "runtime_head": runtime_parts(RUNTIME_HEAD + [RUNTIME_KERNELS[target]]),
+        "runtime_head": runtime_parts(RUNTIME_HEAD + RUNTIME_KERNELS[target] + [RUNTIME_CONV]),
         "runtime_tail": runtime_parts(RUNTIME_TAIL),
         "arena_bytes": plan.arena_bytes, "persistent_bytes": plan.persistent_bytes,
         "lower_bound": plan.lower_bound, "naive_bytes": plan.naive_bytes, "layout": layout,

@@ -1,9 +1,12 @@
-"""lower: each scheduled node becomes a kernel spec — a template macro name and plain values.
+"""lower: each scheduled kernel node becomes a kernel spec — a template macro name and plain values.
 
-This is where the decisions are made: index arithmetic for broadcasting, transposes and reductions is
-turned into C expressions here, and launch shapes are chosen here, so the templates only substitute.
-Views (reshape), leaves and scalar constants produce no kernel. What one kernel computes is exactly one
-node (fusing several nodes into one kernel is the fuse pass's job, a later issue).
+This is where the C is decided: index arithmetic for broadcasting, transposes and reductions becomes C
+expressions, each fused group's members become C statements in the right place of its kernel (per slice,
+per element, in which reduction phase), and launch shapes are chosen, so the templates only substitute.
+Kinds:
+- `matmul`: a (batched) GEMM through the runtime's gc_gemm, with the group's epilogue functor when it has one;
+- `fused`: a kernel over one or more segments (a rows group, or each segment of a multi group).
+Views (reshape, group_output), leaves and scalar constants produce no kernel.
 """
 from __future__ import annotations
 
@@ -13,13 +16,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GCompileError
+from ..gemm_tiles import choose_tile
 from ..graph import Node
 from ..ops import get_op
-from ..ops.elementwise import Elementwise
+from .fuse import REDUCTIONS, Group, Layout, strides
+from ..ops.conv import windows_of
+from ..ops.random import dropout_threshold
 from .plan_memory import is_literal, storage_root
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "uint8": "uint8_t"}
-NO_KERNEL = {"placeholder", "variable", "constant", "reshape"}
+NO_KERNEL = {"placeholder", "variable", "constant", "reshape", "group_output"}
+BLOCK = 256                      # threads per block of every fused kernel (GC_BLOCK in the runtime)
+GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
 
 
 @dataclass
@@ -27,8 +35,10 @@ class Kernel:
     """One kernel: `kind` names the template macro; every other field is a plain value."""
     kind: str
     name: str                    # C identifier, unique in the program
-    comment: str                 # the graph node(s) it implements, with shapes
+    comment: str                 # what it implements, in one line
     values: dict = field(default_factory=dict)
+    details: list = field(default_factory=list)   # the graph nodes it implements, with shapes (comment lines)
+    group: str | None = None     # the fused group it computes (fuse.py), e.g. "g3"
 
 
 def c_literal(value, dtype: str) -> str:
@@ -43,43 +53,30 @@ def c_literal(value, dtype: str) -> str:
     return str(int(value))
 
 
-def strides(shape) -> list[int]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
-
-
 def linear_index(var: str, shape, coefficients) -> str:
     """C expression for sum_d coord_d(var) * coefficients[d], coord_d taken from flat index `var` over `shape`.
     Unit dimensions and zero coefficients vanish; an identity mapping comes out as `var` itself."""
-    if list(coefficients) == strides(shape):
+    if list(coefficients) == [0 if d == 1 else s for d, s in zip(shape, strides(shape))]:
         return var
     terms = []
     for d, (size, stride, coef) in enumerate(zip(shape, strides(shape), coefficients)):
         if size == 1 or coef == 0:
             continue
-        coord = var if d == 0 else f"({var} % {size * stride})"
-        coord = f"{coord} / {stride}" if stride != 1 else coord
+        coord = coordinate(var, shape, d)
         terms.append(f"({coord}) * {coef}" if coef != 1 else f"({coord})")
     return " + ".join(terms) or "0"
 
 
-def broadcast_coefficients(in_shape, out_shape) -> list[int]:
-    """Strides of the input, aligned to the output's dimensions, 0 where the input is broadcast."""
-    lead = len(out_shape) - len(in_shape)
-    st = strides(in_shape)
-    return [0 if d < lead or in_shape[d - lead] == 1 else st[d - lead] for d in range(len(out_shape))]
+def coordinate(var: str, shape, d: int) -> str:
+    """C expression of the d-th coordinate of flat index `var` over `shape`."""
+    stride = strides(shape)[d]
+    coord = var if d == 0 else f"({var} % {shape[d] * stride})"
+    return f"{coord} / {stride}" if stride != 1 else coord
 
 
-def blocks_for(n: int) -> int:
-    """Blocks of 256 threads for n independent elements; grid-stride loops cover what is left over."""
-    return max(1, min((n + 255) // 256, 8192))
-
-
-def map_values(out: str, n: int, expr: str) -> dict:
-    return {"out": out, "n": n, "expr": expr, "blocks": blocks_for(n)}
+def blocks_for(n: int, per_block: int = BLOCK) -> int:
+    """Blocks for n independent items; grid-stride loops cover what is left over."""
+    return max(1, min((n + per_block - 1) // per_block, 8192))
 
 
 def c_name(node: Node, index: int) -> str:
@@ -91,10 +88,25 @@ def describe(node: Node) -> str:
     return f"{node.name} = {node.op}({args}) -> {list(node.shape)} {node.dtype}"
 
 
+def threads(layout: Layout) -> tuple[int, int]:
+    """(slices per block, threads per slice) of a block of BLOCK threads, thread t = x + sx * y working on
+    slice x of the block's slices and on elements y, y + sy, ... of the slice. Short slices: a thread each;
+    long contiguous ones (reduced innermost axis): a warp or the whole block each; strided ones (the
+    innermost axis kept): 8 neighbouring slices side by side — a warp reads a 32-byte sector of 4 rows —
+    and 32 threads along each."""
+    if layout.length <= 32:
+        return BLOCK, 1
+    if layout.domain and len(layout.domain) - 1 in layout.axes:
+        return (1, BLOCK) if layout.length >= 1024 else (BLOCK // 32, 32)
+    sx = min(8, 1 << max(0, (layout.slices - 1).bit_length()))
+    return sx, BLOCK // sx
+
+
 class Lowering:
-    def __init__(self, plan, direction: str):
+    def __init__(self, plan, direction: str, precision: str = "fp32"):
         self.plan = plan
         self.direction = direction
+        self.precision = precision     # "fp32" or "tf32": the GEMMs' arithmetic (gemm_tiles.py)
 
     def pointer(self, node: Node, const=True) -> str:
         """C expression of a node's typed pointer into the arena `A`."""
@@ -111,127 +123,320 @@ class Lowering:
     def kernel(self, node: Node, index: int) -> Kernel | None:
         if node.op in NO_KERNEL:
             return None
-        name, comment = c_name(node, index), f"{self.direction}: {describe(node)}"
         method = getattr(self, "lower_" + node.op, None)
         if method is None:
-            if isinstance(get_op(node.op), Elementwise):
-                method = self.lower_elementwise
-            else:
-                raise GCompileError(f"lower: no kernel for op {node.op!r} (node {node.describe()})")
+            raise GCompileError(f"lower: no kernel for op {node.op!r} (node {node.describe()})")
         kind, values = method(node)
-        return Kernel(kind, name, comment, values)
+        if node.op != "fused":
+            return Kernel(kind, c_name(node, index), f"{self.direction}: {describe(node)}", values)
+        group = node.attrs["group"]
+        return Kernel(kind, c_name(node, index), f"{self.direction}: {group.describe()} {group.kind}: "
+                      f"{group.kernel_text()}", values, [describe(m) for m in group.members], group.describe())
 
-    # --- elementwise family: out[i] = expr(inputs at broadcast indices) -----------------------
+    def lower_matmul(self, node: Node):
+        return "matmul", self.gemm(node, node.inputs, self.pointer(node, const=False), None)
+
+    def gemm(self, node: Node, operands, c: str, epilogue: dict | None) -> dict:
+        a, b = operands
+        m, n = node.shape[-2:]
+        ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
+        k = a.shape[-2] if ta else a.shape[-1]
+        batch = node.shape[0] if node.ndim == 3 else 1
+        # a stack's matrices follow each other; a shared matrix (2-D, or a stack of one) has stride 0
+        sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
+        return {"a": self.pointer(a), "b": self.pointer(b), "c": c, "m": m, "n": n, "k": k,
+                "trans_a": int(ta), "trans_b": int(tb), "ctype": C_TYPES[node.dtype],
+                "tile": choose_tile(m, n, k, ta, tb, self.precision if node.dtype == "float32" else "fp32", batch),
+                "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
+                "epilogue": epilogue}
+
+    def lower_fused(self, node: Node):
+        group: Group = node.attrs["group"]
+        if group.kind == "gemm":
+            code = GroupCode(self, group)
+            epilogue, stored = code.epilogue()
+            matmul = group.members[0]
+            return "matmul", self.gemm(matmul, tuple(group.external[x] for x in matmul.inputs),
+                                       self.pointer(code.target(stored), const=False), epilogue)
+        segments, first = [], 0
+        for part in group.segments or [group]:
+            body = GroupCode(self, part).segment()
+            body["first"], body["end"] = first, first + body["blocks"]
+            first += body["blocks"]
+            segments.append(body)
+        return "fused", {"segments": segments, "blocks": first}
+
+    # --- convolutional networks: one gather per output element (runtime/gc_kernels_conv.h) ------------
+    # These ops are not elementwise (each output element gathers a window), so fuse leaves them alone and
+    # each becomes a `map` kernel: out[i] = expr(i).
     def map_kernel(self, node: Node, expr: str):
-        return "map", map_values(self.pointer(node, const=False), node.size, expr)
+        return "map", {"out": self.pointer(node, const=False), "n": node.size, "expr": expr,
+                       "blocks": blocks_for(node.size)}
 
-    def lower_elementwise(self, node: Node):
-        operands = [self.operand(x, linear_index("i", node.shape, broadcast_coefficients(x.shape, node.shape)))
-                    for x in node.inputs]
-        attrs = {k: c_literal(v, node.dtype) for k, v in node.attrs.items() if isinstance(v, float)}
-        expr = get_op(node.op).c_expr.format(*operands, **attrs)
-        return self.map_kernel(node, f"({C_TYPES[node.dtype]})({expr})")
+    def window(self, node: Node, image_shape) -> str:
+        """The gc_window literal of a window op over images of `image_shape` (N, C, H, W)."""
+        n, c, h, w = image_shape
+        (kh, kw), s, p = node.attrs["kernel"], node.attrs["stride"], node.attrs["padding"]
+        oh, ow = windows_of(h, kh, s, p), windows_of(w, kw, s, p)
+        return f"gc_window{{{n}, {c}, {h}, {w}, {kh}, {kw}, {oh}, {ow}, {s}, {p}}}"
 
-    def lower_cast(self, node: Node):
+    def lower_im2col(self, node: Node):
         (x,) = node.inputs
-        return self.map_kernel(node, f"({C_TYPES[node.dtype]})({self.operand(x, 'i')})")
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_im2col_at<{ctype}>({self.pointer(x)}, {self.window(node, x.shape)}, i)")
 
-    def lower_assign(self, node: Node):
-        var, value = node.inputs
-        return "map", map_values(self.pointer(var, const=False), node.size, self.operand(value, "i"))
+    def lower_col2im(self, node: Node):
+        (cols,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_col2im_at<{ctype}>({self.pointer(cols)}, "
+                                     f"{self.window(node, node.shape)}, i)")
 
-    def lower_zeros_like(self, node: Node):
-        return self.map_kernel(node, f"({C_TYPES[node.dtype]})0")
-
-    def lower_ones_like(self, node: Node):
-        return self.map_kernel(node, f"({C_TYPES[node.dtype]})1")
-
-    def lower_broadcast_to(self, node: Node):
+    def pool(self, node: Node, is_max: bool):
         (x,) = node.inputs
-        return self.map_kernel(node, self.operand(x, linear_index("i", node.shape,
-                                                                  broadcast_coefficients(x.shape, node.shape))))
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_at<{ctype}, {str(is_max).lower()}>({self.pointer(x)}, "
+                                     f"{self.window(node, x.shape)}, i)")
 
-    def lower_transpose(self, node: Node):
-        (x,) = node.inputs
-        in_strides = strides(x.shape)
-        coefficients = [in_strides[p] for p in node.attrs["perm"]]
-        return self.map_kernel(node, self.operand(x, linear_index("i", node.shape, coefficients)))
+    def lower_max_pool2d(self, node):
+        return self.pool(node, True)
 
-    def lower_one_hot(self, node: Node):
-        (labels,) = node.inputs
-        depth = node.attrs["depth"]
-        return self.map_kernel(node, f"({C_TYPES[node.dtype]})({self.operand(labels, f'i / {depth}')} == "
-                                     f"(int32_t)(i % {depth}) ? 1 : 0)")
+    def lower_avg_pool2d(self, node):
+        return self.pool(node, False)
 
-    # --- reductions: out[o] = reduce_r in[base(o) + offset(r)] --------------------------------
-    def reduction(self, node: Node, combine: str, init: str, scale: float | None):
-        (x,) = node.inputs
-        axes = node.attrs["axes"]
-        x_strides = strides(x.shape)
-        kept = [d for d in range(x.ndim) if d not in axes]
-        kept_shape = [x.shape[d] for d in kept]
-        red_shape = [x.shape[d] for d in axes]
-        count = int(np.prod(red_shape, dtype=np.int64))
-        base = linear_index("o", kept_shape, [x_strides[d] for d in kept]) if kept else "0"
-        offset = linear_index("r", red_shape, [x_strides[d] for d in axes]) if axes else "0"
-        return "reduce", {
-            "out": self.pointer(node, const=False), "in": self.pointer(x), "outputs": node.size,
-            "count": count, "base": base, "offset": offset, "combine": combine, "init": init,
-            "scale": c_literal(scale, node.dtype) if scale is not None else None,
-            "ctype": C_TYPES[node.dtype],
-            # the cpu target sums floats in double (see runtime/gc_kernels_cpu.h); the cuda target in T
-            "acc_ctype": "double" if node.dtype in ("float32", "float64") else C_TYPES[node.dtype],
-            # few elements per output: one thread per output; many: one block per output, tree-reduced
-            "per_block": count > 64, "blocks": blocks_for(node.size),
+    def lower_max_pool2d_grad(self, node: Node):
+        x, g = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_grad_at<{ctype}, true>({self.pointer(x)}, {self.pointer(g)}, "
+                                     f"{self.window(node, x.shape)}, i)")
+
+    def lower_avg_pool2d_grad(self, node: Node):
+        (g,) = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_grad_at<{ctype}, false>(({ctype}*)0, {self.pointer(g)}, "
+                                     f"{self.window(node, node.shape)}, i)")
+
+    def lower_dropout_mask(self, node: Node):
+        (step,) = node.inputs
+        rate, seed = node.attrs["rate"], node.attrs["seed"]
+        keep = c_literal(1.0 / (1.0 - rate), node.dtype)  # the literal rounds as numpy's dtype.type() does
+        return self.map_kernel(node, f"gc_dropout_mask_at<{C_TYPES[node.dtype]}>(i, {self.operand(step, '0')}, "
+                                     f"{seed}ull, {dropout_threshold(rate)}u, {keep})")
+
+
+class GroupCode:
+    """The C statements of one group: every member a local `v<k>` computed in its context — once per slice
+    (`o` is the slice; in a GEMM's epilogue the coordinates `b`, `m`, `n`), per element of the slice (`i`
+    is the element's flat index in the domain, `r` its index within the slice) or once after all slices."""
+
+    def __init__(self, lowering: Lowering, group: Group):
+        self.lowering, self.group, self.layout = lowering, group, group.layout
+        self.members = group.members
+        self.inside = set(self.members)
+        self.var = {m: f"v{k}" for k, m in enumerate(self.members)}
+        self.accumulators = {}        # (combine, input) -> accumulator name: identical reductions share one
+
+    # --- expressions ----------------------------------------------------------------------------
+    def index(self, coef, context: str) -> str:
+        lay = self.layout
+        if context == "element":
+            return linear_index("i", lay.domain, coef)
+        if context == "gemm":
+            terms = [f"(int64_t){v} * {c}" if c != 1 else f"(int64_t){v}"
+                     for v, c in zip(GEMM_COORDINATES[-len(coef):], coef) if c]
+            return " + ".join(terms) or "0"
+        if context == "slice":
+            return linear_index("o", lay.kept_shape, [coef[d] for d in lay.kept])
+        return "0"
+
+    def guard(self, coef, context: str) -> str:
+        """Condition under which this thread writes a value smaller than the domain: it is at coordinate 0 of
+        every axis the value is broadcast along."""
+        lay = self.layout
+        if context == "element":
+            axes, shape, var = range(len(lay.domain)), lay.domain, "i"
+        elif context in ("slice", "gemm"):
+            axes, shape, var = range(len(lay.kept)), lay.kept_shape, "o"
+            coef = [coef[d] for d in lay.kept]
+        else:
+            return ""
+        zero = [d for d in axes if shape[d] > 1 and coef[d] == 0]
+        if context == "gemm":
+            return " && ".join(f"{GEMM_COORDINATES[-len(shape):][d]} == 0" for d in zero)
+        return " && ".join(f"{coordinate(var, shape, d)} == 0" for d in zero)
+
+    def read(self, m: Node, k: int, context: str) -> str:
+        x = m.inputs[k]
+        if x in self.inside:
+            return self.var[x]
+        return self.lowering.operand(self.group.external[x], self.index(self.layout.operand_coef(m, k), context))
+
+    def expression(self, m: Node, context: str) -> str:
+        ctype = C_TYPES[m.dtype]
+        if m.op == "matmul":
+            return "acc"
+        if m.op == "assign":
+            return self.read(m, 1, context)
+        operands = [self.read(m, k, context) for k in range(len(m.inputs))]
+        if m.op in ("reshape", "broadcast_to", "transpose"):
+            return operands[0]
+        if m.op == "cast":
+            return f"({ctype})({operands[0]})"
+        if m.op in ("zeros_like", "ones_like"):
+            return f"({ctype}){int(m.op == 'ones_like')}"
+        if m.op == "one_hot":
+            depth = m.attrs["depth"]
+            own = self.index(self.layout.coef[m], context)
+            return f"({ctype})({operands[0]} == (int32_t)(({own}) % {depth}) ? 1 : 0)"
+        attrs = {key: c_literal(v, m.dtype) for key, v in m.attrs.items() if isinstance(v, float)}
+        return f"({ctype})({get_op(m.op).c_expr.format(*operands, **attrs)})"
+
+    def define(self, m: Node, context: str, out: list, done: set):
+        """Append the statements computing m (and the members of the same context it needs) to `out`."""
+        if m in done:
+            return
+        for x in m.inputs:
+            if x in self.inside and self.layout.context[x] == self.layout.context[m]:
+                self.define(x, context, out, done)
+        out.append(f"const {C_TYPES[m.dtype]} {self.var[m]} = {self.expression(m, context)};")
+        done.add(m)
+
+    def accumulator(self, red: Node, context: str) -> tuple[str, bool]:
+        """The accumulator of a reduction (shared by identical reductions) and whether it is new."""
+        x = red.inputs[0]
+        combine = "max" if red.op == "reduce_max" else "sum"
+        key = (combine, x if x in self.inside else self.read(red, 0, context), red.dtype)
+        new = key not in self.accumulators
+        if new:
+            self.accumulators[key] = f"a{len(self.accumulators)}"
+        return self.accumulators[key], new
+
+    def reduction_value(self, red: Node, acc: str) -> str:
+        """A reduction's value stays in its accumulator's type (double for float sums on the cpu target): the
+        members using it round their own results, as the runtime's softmax did with its double sum."""
+        count = get_op(red.op).count(red)
+        if red.op != "reduce_mean":
+            return f"const auto {self.var[red]} = {acc};"
+        if red.dtype in ("float32", "float64"):
+            return f"const auto {self.var[red]} = {acc} * {c_literal(1.0 / count, red.dtype)};"
+        return f"const auto {self.var[red]} = {acc} / {count};"
+
+    def accumulate(self, red: Node, acc: str, value: str) -> str:
+        if red.op == "reduce_max":
+            return f"{acc} = ({value} > {acc} || {value} != {value} ? {value} : {acc});"   # NaN stays, as in numpy
+        return f"{acc} = {acc} + {value};"
+
+    def declare(self, red: Node, acc: str) -> dict:
+        init = "0"
+        if red.op == "reduce_max":
+            init = {"float32": "-INFINITY", "float64": "-INFINITY", "int32": "INT32_MIN"}.get(red.dtype, "0")
+        ctype = C_TYPES[red.dtype]
+        return {"name": acc, "ctype": ctype, "init": init, "max": "true" if red.op == "reduce_max" else "false",
+                # the cpu target sums floats in double (see runtime/gc_kernels_cpu.h); cuda in the value's type.
+                # A maximum is exact in any type: it stays in the value's type.
+                "acc_ctype": "double" if red.dtype in ("float32", "float64") and red.op != "reduce_max" else ctype}
+
+    def target(self, m: Node) -> Node:
+        """The outer node whose buffer receives member m: its variable for an assign, else its group_output."""
+        return self.group.external[m.inputs[0]] if m.op == "assign" else self.group.result_of(m)
+
+    def store(self, m: Node, context: str) -> str:
+        ptr = self.lowering.pointer(self.target(m), const=False)
+        text = f"{ptr}[{self.index(self.layout.coef[m], context)}] = {self.var[m]};"
+        cond = self.guard(self.layout.coef[m], context)
+        return f"if ({cond}) {text}" if cond else text
+
+    def written(self) -> list[Node]:
+        """Members whose values the kernel stores: those read outside the group, and every assign."""
+        return [m for m in self.members if m.op == "assign" or m in self.group.outputs]
+
+    # --- kernels --------------------------------------------------------------------------------
+    def segment(self) -> dict:
+        """A rows group as the body of a kernel: per slice, the reduction phases, then the element loop."""
+        lay = self.layout
+        ctx = lay.context
+        slice_done, prelude = set(), []
+        phases = max((lay.level[m] for m in self.members if m.op in REDUCTIONS and ctx[m] == "slice"), default=0)
+        after = {level: [] for level in range(phases + 1)}
+        reductions = {level: [] for level in range(1, phases + 1)}
+        for m in self.members:
+            if ctx[m] == "slice":
+                if m.op in REDUCTIONS:
+                    reductions[lay.level[m]].append(m)
+                else:
+                    after[lay.level[m]].append(m)
+        for m in after[0]:              # first: the phases' loops may read them
+            self.define(m, "slice", prelude, slice_done)
+        body_phases = []
+        for level in range(1, phases + 1):
+            accs, loop, loop_done, values = [], [], set(), []
+            for red in reductions[level]:
+                acc, new = self.accumulator(red, "element")
+                x = red.inputs[0]
+                if new:
+                    accs.append(self.declare(red, acc))
+                    if x in self.inside and ctx[x] == "element":   # else constant over the slice: computed
+                        self.define(x, "element", loop, loop_done)
+                    loop.append(self.accumulate(red, acc, self.var[x] if x in self.inside
+                                                else self.read(red, 0, "element")))
+                values.append(self.reduction_value(red, acc))
+                slice_done.add(red)
+            stmts = []
+            for m in after[level]:
+                self.define(m, "slice", stmts, slice_done)
+            body_phases.append({"accs": accs, "loop": loop, "after": values + stmts})
+        written = self.written()
+        element_loop, element_done = [], set()
+        for m in (w for w in written if ctx[w] == "element"):
+            self.define(m, "element", element_loop, element_done)
+            element_loop.append(self.store(m, "element"))
+        slice_stores = [self.store(m, "slice") for m in written if ctx[m] == "slice"]
+        global_accs, global_update, global_after, global_done = [], [], [], set()
+        for m in (m for m in self.members if ctx[m] == "global"):
+            if m.op in REDUCTIONS:
+                acc, new = self.accumulator(m, "slice")
+                if new:
+                    global_accs.append(self.declare(m, acc))
+                    global_update.append(self.accumulate(m, acc, self.var[m.inputs[0]]))
+                global_after.append(self.reduction_value(m, acc))
+                global_done.add(m)
+            else:
+                self.define(m, "global", global_after, global_done)
+        global_stores = [self.store(m, "global") for m in written if ctx[m] == "global"]
+        sx, sy = threads(lay)
+        base = linear_index("o", lay.kept_shape, [strides(lay.domain)[d] for d in lay.kept]) if lay.kept else "0"
+        offset = linear_index("r", [lay.domain[d] for d in lay.axes],
+                              [strides(lay.domain)[d] for d in lay.axes]) if lay.axes else "0"
+        return {
+            "slices": lay.slices, "length": lay.length, "base": base, "offset": offset,
+            "sx": sx, "sy": sy, "blocks": 1 if global_accs else blocks_for(lay.slices, sx),
+            "prelude": prelude, "phases": body_phases, "element_loop": element_loop,
+            "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,
+            "global_after": global_after, "global_stores": global_stores,
+            "sync": sy > 1,
+            # the cpu target: parallel over slices, unless the slices feed a global sum in a fixed order
+            "parallel": int(not global_accs and lay.slices * lay.length > 32768),
         }
 
-    def lower_reduce_sum(self, node):
-        return self.reduction(node, "add", "0", None)
-
-    def lower_reduce_mean(self, node):
-        x = node.inputs[0]
-        return self.reduction(node, "add", "0", 1.0 / max(1, x.size // max(1, node.size)))
-
-    def lower_reduce_max(self, node):
-        return self.reduction(node, "max", "-INFINITY", None)
-
-    # --- the rest -------------------------------------------------------------------------
-    def lower_matmul(self, node: Node):
-        a, b = node.inputs
-        m, n = node.shape
-        k = a.shape[0] if node.attrs["trans_a"] else a.shape[1]
-        return "matmul", {"a": self.pointer(a), "b": self.pointer(b), "c": self.pointer(node, const=False),
-                          "m": m, "n": n, "k": k, "trans_a": int(node.attrs["trans_a"]),
-                          "trans_b": int(node.attrs["trans_b"]), "ctype": C_TYPES[node.dtype]}
-
-    def softmax_like(self, node: Node, log: bool):
-        (x,) = node.inputs
-        axis = node.attrs["axis"]
-        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
-        inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-        return "softmax", {"in": self.pointer(x), "out": self.pointer(node, const=False), "outer": outer,
-                           "length": x.shape[axis], "inner": inner, "log": int(log),
-                           "ctype": C_TYPES[node.dtype]}
-
-    def lower_softmax(self, node):
-        return self.softmax_like(node, False)
-
-    def lower_log_softmax(self, node):
-        return self.softmax_like(node, True)
-
-    def lower_softmax_cross_entropy(self, node: Node):
-        logits, labels = node.inputs
-        return "softmax_cross_entropy", {
-            "logits": self.pointer(logits), "labels": self.pointer(labels), "out": self.pointer(node, const=False),
-            "batch": logits.shape[0], "classes": logits.shape[1], "ctype": C_TYPES[node.dtype],
-            "label_ctype": C_TYPES[labels.dtype]}
+    def epilogue(self) -> tuple[dict, Node]:
+        """A gemm group's epilogue: every member at (m, n) from the GEMM's sum `acc`; the first full-size
+        member written outside is the value stored in C, the others are stored by the epilogue itself."""
+        lay, matmul = self.layout, self.members[0]
+        written = self.written()
+        stored = next(m for m in written if lay.coef[m] == lay.identity() and m.dtype == matmul.dtype
+                      and m.size == matmul.size)
+        stmts, done = [], set()
+        for m in self.members:
+            self.define(m, "gemm", stmts, done)
+        stores = [self.store(m, "gemm") for m in written if m is not stored]
+        return {"stmts": stmts, "stores": stores, "value": self.var[stored],
+                "ctype": C_TYPES[matmul.dtype]}, stored
 
 
-def lower(schedules: dict[str, list[Node]], plan) -> dict[str, list[Kernel]]:
+def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32") -> dict[str, list[Kernel]]:
     """Kernel specs for each schedule, in schedule order. Kernel names are unique across schedules."""
     out, index = {}, 0
     for direction, order in schedules.items():
-        lowering, kernels = Lowering(plan, direction), []
+        lowering, kernels = Lowering(plan, direction, precision), []
         for node in order:
             kernel = lowering.kernel(node, index)
             if kernel is not None:

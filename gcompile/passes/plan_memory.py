@@ -15,7 +15,10 @@ Within a schedule a temporary is live from the step that writes it to the last s
 - scalar constants become literals in the generated code;
 - `reshape` is a view: it aliases its input's buffer, and reads of the view keep that buffer alive;
 - `assign(var, value)` writes into var's persistent buffer, and its result is that buffer (schedule puts it
-  after every read of var's old value; a persistent view of var shows the value after the step).
+  after every read of var's old value; a persistent view of var shows the value after the step);
+- a `fused` node (a group's kernel, see fuse.py) owns no buffer: it writes the buffers of its group_output
+  nodes, which are live from the fused node's step. The values internal to the group are no nodes here, so
+  they get no buffer at all.
 
 Placement is greedy first-fit: buffers in some order, each at the lowest offset that overlaps no placed
 buffer live at the same time. Several orders are tried (largest first, earliest first, longest-lived first)
@@ -32,6 +35,7 @@ import numpy as np
 
 from ..errors import GCompileError, PlanError
 from ..graph import Node
+from .fuse import written_member
 
 ALIGN = 256
 PERSISTENT_KINDS = ("placeholder", "variable", "constant")
@@ -42,10 +46,14 @@ def aligned(nbytes: int) -> int:
 
 
 def storage_root(node: Node) -> Node:
-    """The node that owns node's buffer: a reshape views its input, an assign writes its variable."""
-    while node.op in ("reshape", "assign"):
+    """The node that owns node's buffer: a reshape views its input, an assign writes its variable, and so
+    does the group_output of an assign fused into a group."""
+    while True:
+        if node.op == "group_output" and written_member(node).op == "assign":
+            node = written_member(node)
+        if node.op not in ("reshape", "assign"):
+            return node
         node = node.inputs[0]
-    return node
 
 
 def is_literal(node: Node) -> bool:
@@ -104,7 +112,7 @@ class MemoryPlan:
                            enumerate(zip(r, widths))).rstrip() for r in rows]
         for name, order in self.schedules.items():
             aliases = [f"{n.name}->{storage_root(n).name}" for n in order
-                       if n.op in ("reshape", "assign") and not is_literal(storage_root(n))]
+                       if storage_root(n) is not n and not is_literal(storage_root(n))]
             if aliases:
                 lines.append(f"aliases in {name}: " + ", ".join(aliases))
         lines.append(f"arena {self.arena_bytes} bytes = persistent {self.persistent_bytes} + temporary "
@@ -141,11 +149,20 @@ def persistent_nodes(schedules, persistent) -> list[Node]:
     return sorted(unique, key=lambda n: kinds.get(n.op, len(kinds)))
 
 
+def step_values(node: Node) -> list[Node]:
+    """The values a schedule step writes, then those it reads."""
+    if node.op == "fused":
+        return [*node.attrs["group"].results, *node.inputs]
+    if node.op == "group_output":
+        return []                 # written by its fused node's step
+    return [node, *node.inputs]
+
+
 def liveness(order: list[Node], persistent: set) -> dict[Node, tuple[int, int]]:
     """Temporary buffer -> (step that writes it, last step that reads it, directly or through a view)."""
     lives = {}
     for step, node in enumerate(order):
-        for n in (node, *node.inputs):
+        for n in step_values(node):
             root = storage_root(n)
             if root not in persistent and not is_literal(root):
                 lives[root] = (lives.get(root, (step,))[0], step)
@@ -201,7 +218,7 @@ def check_plan(plan: MemoryPlan) -> None:
     owner = {(b.schedule, b.node): b for b in plan.buffers}
     for name, order in plan.schedules.items():
         for step, node in enumerate(order):
-            for n in (node, *node.inputs):
+            for n in step_values(node):
                 root = storage_root(n)
                 b = owner.get((None, root)) or owner.get((name, root))
                 if b is None and not is_literal(root):

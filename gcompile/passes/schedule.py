@@ -2,10 +2,10 @@
 
 Constraints (a networkx DiGraph from each node to what must run before it):
 - every node after its inputs;
-- every `assign(var, value)` after every other node that reads var's old value (var itself, or a reshape
-  view of var): the assign overwrites var's buffer in place. A cycle (two assigns to one variable, or a read
-  of var's old value that needs the assign's result) cannot be scheduled and raises GCompileError naming
-  the nodes on it.
+- every `assign(var, value)` (and every fused node holding one) after every other node that reads var's
+  old value (var itself, or a reshape view of var): the assign overwrites var's buffer in place. A cycle
+  (two assigns to one variable, or a read of var's old value that needs the assign's result) cannot be
+  scheduled and raises GCompileError naming the nodes on it.
 
 Heuristic, among the nodes whose constraints are met:
 1. the one that grows the live set least: its result's bytes minus the bytes of the inputs it is the last
@@ -23,7 +23,9 @@ as nodes are placed, hence the loop below.
 
 Leaves (placeholders, variables, constants) appear in the schedule: free and always ready, they come
 first. They emit no code. Sizes here are estimates: leaves, reshapes (views) and assigns (they write their
-variable) count 0. Left to plan_memory: the buffers, their exact liveness under this order, their offsets.
+variable) count 0. A fused node (a group's kernel, see fuse.py) allocates the buffers of its group_output
+nodes, which then allocate nothing themselves. Left to plan_memory: the buffers, their exact liveness under
+this order, their offsets.
 """
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ import networkx as nx
 from .. import graph as G
 from ..errors import GCompileError
 from ..graph import Node
+from ..ops import get_op
 
-NO_BUFFER = ("placeholder", "variable", "constant", "reshape", "assign")
+NO_BUFFER = ("placeholder", "variable", "constant", "reshape", "assign", "fused")
 
 
 def schedule(outputs: list[Node]) -> list[Node]:
@@ -49,7 +52,7 @@ def schedule(outputs: list[Node]) -> list[Node]:
     order = []
 
     def growth(n: Node) -> int:
-        return size(n) - sum(size(i) for i in buffers_read(n) if readers_left[i] == 1)
+        return allocated(n) - sum(size(i) for i in buffers_read(n) if readers_left[i] == 1)
 
     while ready:
         n = min(ready, key=lambda n: (growth(n), rank[n]))
@@ -74,10 +77,10 @@ def dependences(outputs: list[Node]) -> nx.DiGraph:
         deps.add_node(n)
         deps.add_edges_from((n, c) for c in operands)
         need[n] = peak_need(operands, n, need)
-    for a in (n for n in nodes if n.op == "assign"):
-        var = a.inputs[0]
-        deps.add_edges_from((a, reader) for reader in nodes
-                            if reader is not a and any(old_value_of(i) is var for i in reader.inputs))
+    for a in nodes:
+        for var in get_op(a.op).writes(a):
+            deps.add_edges_from((a, reader) for reader in nodes
+                                if reader is not a and any(old_value_of(i) is var for i in reader.inputs))
     if not nx.is_directed_acyclic_graph(deps):
         cycle = [user.name for user, _ in nx.find_cycle(deps)]
         raise GCompileError(f"schedule: cannot order {' needs '.join(cycle + cycle[:1])}: an assign must come "
@@ -88,7 +91,17 @@ def dependences(outputs: list[Node]) -> nx.DiGraph:
 
 
 def size(n: Node) -> int:
+    """Bytes of the buffer holding n's value (0: it has none of its own)."""
     return 0 if n.op in NO_BUFFER else n.nbytes
+
+
+def allocated(n: Node) -> int:
+    """Bytes the step computing n allocates: a fused node's outputs (an assign's is its variable), nothing
+    for a group_output."""
+    if n.op == "fused":
+        group = n.attrs["group"]
+        return sum(size(r) for r, m in zip(group.results, group.outputs) if m.op != "assign")
+    return 0 if n.op == "group_output" else size(n)
 
 
 def hungriest_first(operands, need) -> list[Node]:
@@ -100,12 +113,13 @@ def peak_need(operands, n: Node, need) -> int:
     for c in operands:
         peak = max(peak, waiting + need[c])
         waiting += size(c)
-    return max(peak, waiting + size(n))
+    return max(peak, waiting + allocated(n))
 
 
 def buffers_read(n: Node) -> set:
-    """The nodes whose results n reads: its inputs, seen through reshapes (views); a reshape reads nothing."""
-    return set() if n.op == "reshape" else {old_value_of(i) for i in n.inputs}
+    """The nodes whose results n reads: its inputs, seen through reshapes (views); a reshape reads nothing, nor
+    does a group_output (its fused node wrote it)."""
+    return set() if n.op in ("reshape", "group_output") else {old_value_of(i) for i in n.inputs}
 
 
 def old_value_of(n: Node) -> Node:

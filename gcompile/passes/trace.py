@@ -1,7 +1,8 @@
 """trace: gather what a compiled program is made of — its train graph (loss and update nodes), its eval
 graph (named outputs), inputs, variables — into a Module. Autodiff and the optimizer's update nodes were
 appended when the Program was built (gc.Program calls gradients and the optimizer); this pass only
-collects and checks. A plain list of nodes (gc.Executor) becomes a module with an eval graph only.
+collects and checks. A plain list of nodes (gc.Executor) becomes a module with an eval graph only, in
+train mode (gcompile/modes.py), as NumpyExecutor computes it by default.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ..checkpoint import layout_hash
 from ..errors import GCompileError
 from ..executor import leaves_of
 from ..graph import FLOAT_DTYPES, Node, topological_order
+from ..modes import specialize
 from ..program import Program
 
 
@@ -25,6 +27,8 @@ class Module:
     variables: list[Node] = field(default_factory=list)
     train_inputs: list[Node] = field(default_factory=list)
     eval_inputs: list[Node] = field(default_factory=list)
+    kernels: dict[str, int] = field(default_factory=dict)   # kernel launches per step of each graph (lower)
+    precision: str = "fp32"                  # the GEMMs' arithmetic: "fp32" or "tf32" (gemm_tiles.py)
 
     @property
     def graphs(self) -> dict[str, list[Node]]:
@@ -78,6 +82,8 @@ class Module:
             "outputs": [row(o, name) for name, o in self.outputs.items()],
             "variables": [dict(row(v), trainable=bool(v.attrs.get("trainable", True))) for v in self.variables],
             "layout_hash": f"{self.layout_hash:016x}", "init_file": self.init_file,
+            "kernels": {"train": self.kernels.get("train", 0), "eval": self.kernels.get("eval", 0)},
+            "precision": self.precision,
         }
 
 
@@ -89,6 +95,7 @@ def trace(program, name: str = "model", source: str = "<python>") -> Module:
         nodes = list(program)
         if not nodes or not all(isinstance(n, Node) for n in nodes):
             raise GCompileError("compile: expected a gc.Program or a non-empty list of graph nodes")
+        nodes = specialize(nodes, "train")[0]  # as NumpyExecutor's default mode computes them
         batch = nodes[0].shape[0] if nodes[0].shape else 1
         module = Module(name, source, [], {f"out{i}": n for i, n in enumerate(nodes)}, None, batch)
     for node in list(module.outputs.values()) + ([module.loss] if module.loss is not None else []):

@@ -1,0 +1,198 @@
+"""gcompile's side of the benchmark: build (cold and cached), check the first step against numpy, time
+steps through `Model.time_steps` (the timing ABI), read kernels and arena from the manifest, and run the
+standalone binary for time to accuracy.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+import gcompile as gc
+
+from .report import row, skipped
+from .tasks import LR, Task, check_loss
+from .timing import time_windows
+
+EPOCH_LINE = re.compile(r"epoch\s+(\d+)/\d+.*?val_acc\s+([0-9.]+)")
+
+
+def precision_kwargs(precision: str) -> tuple[dict, str | None]:
+    """gc.compile's keyword for the precision, or the reason it cannot be asked for."""
+    if "precision" in inspect.signature(gc.compile).parameters:
+        return {"precision": precision}, None
+    if precision == "fp32":
+        return {}, None  # the only precision there is
+    return {}, "gc.compile has no `precision` parameter in this tree (the tf32 path is not merged)"
+
+
+def build(program, target: str, out_dir: Path, precision: str, name: str | None = None):
+    """(artifact, cold seconds, cached seconds): the first build into an empty folder, then the same call
+    again, which the build cache answers."""
+    kwargs, _ = precision_kwargs(precision)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    t0 = time.perf_counter()
+    gc.compile(program, target=target, out_dir=out_dir, name=name, **kwargs)
+    cold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    artifact = gc.compile(program, target=target, out_dir=out_dir, name=name, **kwargs)
+    cached = time.perf_counter() - t0
+    return artifact, cold, cached
+
+
+def memory_fields(manifest: dict) -> dict:
+    """Arena bytes, and the part of it beyond the trainable parameters (what torch's peak is compared with)."""
+    params = sum(int(np.prod(v["shape"])) * np.dtype(v["dtype"]).itemsize
+                 for v in manifest["variables"] if v.get("trainable", True))
+    arena = manifest.get("arena_bytes")
+    return {"arena_bytes": arena, "mem_bytes": None if arena is None else arena - params}
+
+
+def kernels_of(manifest: dict, which: str = "train"):
+    return (manifest.get("kernels") or {}).get(which)
+
+
+def binary_help(binary: str) -> str:
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60)
+    return out.stdout + out.stderr
+
+
+def run_binary(artifact, data_dir: str, epochs: int, batch: int, train_count: int, target: float | None,
+               timeout: float) -> dict:
+    """Train with the standalone binary (lr 0.1, shuffled) and read its epoch lines as they are printed.
+    Returns per-epoch validation accuracy, training-loop seconds (steps * batch / examples_per_s of its
+    --log lines), seconds from process start to each epoch line, and the --target-acc line of the log (the
+    binary's own timing) when it wrote one."""
+    log = Path(artifact.out_dir) / "bench-train.jsonl"
+    log.unlink(missing_ok=True)
+    cmd = [artifact.binary, "train", "--data", data_dir, "--epochs", str(epochs), "--lr", str(LR),
+           "--log", str(log)]
+    if target is not None and "--target-acc" in binary_help(artifact.binary):
+        cmd += ["--target-acc", str(target)]
+    seen, lines = {}, []
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    try:
+        for line in proc.stdout:
+            now = time.perf_counter() - t0
+            lines.append(line.rstrip())
+            m = EPOCH_LINE.search(line)
+            if m:
+                seen[int(m.group(1))] = (float(m.group(2)), now)
+            if now > timeout:
+                proc.kill()
+                break
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if proc.returncode not in (0, None) and not seen:
+        raise RuntimeError(f"{Path(cmd[0]).name} exited {proc.returncode}: {' / '.join(lines[-3:])}")
+    steps = train_count // batch
+    entries = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+    epochs_out = []
+    for entry in (e for e in entries if "val_acc" in e):  # one line per epoch; --target-acc adds its own
+        acc, at = seen.get(entry["epoch"], (entry["val_acc"], None))
+        epochs_out.append({"epoch": entry["epoch"], "val_acc": acc, "since_start_s": at,
+                           "train_s": steps * batch / entry["examples_per_s"]})
+    return {"command": " ".join(cmd), "epochs": epochs_out, "stdout_tail": lines[-4:],
+            "target_line": next((e for e in entries if "target_acc" in e), None)}
+
+
+def accuracy_fields(run: dict, target: float) -> dict:
+    """Training-loop seconds to the first epoch at the target (the binary's own sum when its --target-acc
+    line is there), and seconds from starting the process to that epoch's line."""
+    total = 0.0
+    for e in run["epochs"]:
+        total += e["train_s"]
+        if e["val_acc"] >= target:
+            fields = {"tta_s": total, "tta_epochs": e["epoch"], "tta_acc": e["val_acc"],
+                      "start_to_target_s": e["since_start_s"]}
+            line = run.get("target_line")
+            if line and line.get("epoch") == e["epoch"]:
+                fields.update(tta_s=line["train_seconds"], binary_since_start_s=line["since_start_seconds"])
+            return fields
+    last = run["epochs"][-1]["val_acc"] if run["epochs"] else None
+    return {"tta_s": None, "tta_epochs": len(run["epochs"]), "tta_acc": last,
+            "tta_note": f"target {target} not reached (last {last})"}
+
+
+def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Path, with_accuracy: bool) -> dict:
+    """Build, check and time one task; with_accuracy also trains the binary to the task's target."""
+    name = task.model
+    _, reason = precision_kwargs(precision)
+    if reason:
+        return skipped(task.section, name, task.batch, "gcompile", reason, precision=precision)
+    artifact, cold, cached = build(task.program, target, work_dir / f"{name}-b{task.batch}-{precision}", precision)
+    manifest = json.loads(Path(artifact.manifest).read_text())
+    fields = dict(precision=precision, compile_cold_s=cold, compile_cached_s=cached,
+                  kernels=kernels_of(manifest), **memory_fields(manifest))
+    notes = []
+    with gc.load(artifact) as model:
+        xb, yb = task.batch0()
+        note = check_loss(model.train_step(xb, yb), task.reference_loss, precision)
+        notes += [note] if note else []
+        if hasattr(model, "time_steps"):
+            fields.update(time_windows(lambda n: model.time_steps(n), settings))
+            fields["timing"] = "Model.time_steps (device-timed replay of the trainer's step)"
+    if "step_s" not in fields:  # the timing ABI is not in this tree: fall back to the binary's epoch log
+        run = run_binary(artifact, task.data.path, 2 if settings.quick else 3, task.batch, len(task.data.train_y),
+                         None, timeout=120)
+        per_step = [e["train_s"] / (len(task.data.train_y) // task.batch) for e in run["epochs"]]
+        if not per_step:
+            return skipped(task.section, name, task.batch, "gcompile", "no Model.time_steps, and the binary "
+                           f"finished no epoch in 120 s: {' / '.join(run['stdout_tail'])}", **fields)
+        fields.update(step_s=float(np.median(per_step)), p10_s=min(per_step), p90_s=max(per_step),
+                      windows=len(per_step), timing="binary epoch log (train seconds / steps)")
+        notes.append("no Model.time_steps: step = binary's epoch train time / steps")
+    if with_accuracy and task.target is not None:
+        run = run_binary(artifact, task.data.path, settings.max_epochs, task.batch, len(task.data.train_y),
+                         task.target, timeout=120)
+        fields.update(accuracy_fields(run, task.target), binary_run=run)
+    if fields.get("kernels") is None:
+        notes.append("manifest has no 'kernels'")
+    return row(task.section, name, task.batch, "gcompile", note="; ".join(notes), **fields)
+
+
+def eltwise_program(n: int):
+    """A long elementwise chain over n float32 values (eltwise_reference is its numpy twin); a fused kernel
+    reads x once and writes y once."""
+    x = gc.placeholder("x", (n,))
+    t = gc.relu(x * 1.5 + 0.25) * 0.75
+    t = gc.maximum(t - x * 0.5, x * 0.125) + 1.0
+    return x, gc.relu(t * t * 0.5 - 0.0625) + x * 0.25
+
+
+def eltwise_reference(v: np.ndarray) -> np.ndarray:
+    f = np.float32
+    t = np.maximum(v * f(1.5) + f(0.25), 0) * f(0.75)
+    t = np.maximum(t - v * f(0.5), v * f(0.125)) + f(1.0)
+    return np.maximum(t * t * f(0.5) - f(0.0625), 0) + v * f(0.25)
+
+
+def eltwise_row(n: int, target: str, settings, work_dir: Path) -> dict:
+    """Build the chain as an evaluation program, check it against numpy, time `time_steps(which="eval")`.
+    bandwidth = (bytes read + bytes written) / time, counting one read of x and one write of y."""
+    model_name = f"eltwise {n * 4 >> 20}MB"
+    x, y = eltwise_program(n)
+    artifact, cold, cached = build([y], target, work_dir / "eltwise", "fp32", name="eltwise")
+    manifest = json.loads(Path(artifact.manifest).read_text())
+    fields = dict(precision="fp32", compile_cold_s=cold, compile_cached_s=cached, kernels=kernels_of(manifest, "eval"),
+                  arena_bytes=manifest.get("arena_bytes"), bytes_moved=2 * 4 * n)
+    v = np.random.RandomState(0).uniform(-2, 2, n).astype(np.float32)
+    with gc.load(artifact) as model:
+        out = model.predict(v)
+        bad = ~np.isclose(out, eltwise_reference(v), rtol=1e-5, atol=1e-6)
+        note = f"CHECK FAILED: {int(bad.sum())} values differ from numpy" if bad.any() else ""
+        del out
+        if not hasattr(model, "time_steps"):
+            return skipped("eltwise", model_name, None, "gcompile", "no Model.time_steps in this tree", **fields)
+        fields.update(time_windows(lambda k: model.time_steps(k, which="eval"), settings, warmup=3))
+    fields["bandwidth_Bps"] = fields["bytes_moved"] / fields["step_s"]
+    return row("eltwise", model_name, None, "gcompile", note=note, **fields)

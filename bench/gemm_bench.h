@@ -1,0 +1,31 @@
+// gemm_bench.h — what the GEMM micro-benchmark's driver (gemm_bench.cu) and its generated case functions
+// share: the runtime's GEMM, the epilogues of the MLP's GEMMs and the case table's row type.
+#include "gc_runtime.h"
+#include "gc_gemm.h"
+#include "gc_gemm_cuda.cuh"
+
+// Forward: bias + ReLU (bias alone for the logits); backward: the ReLU mask on the data gradient, where the
+// mask is the forward pre-activation (M, N) and the gradient passes where it is > 0.
+struct ep_bias_relu {
+    const float* aux;
+    GC_HD float operator()(int, int, int n, float acc) const { return fmaxf(acc + aux[n], 0.f); }
+};
+struct ep_bias {
+    const float* aux;
+    GC_HD float operator()(int, int, int n, float acc) const { return acc + aux[n]; }
+};
+struct ep_relu_mask {
+    const float* aux;
+    int ld;
+    GC_HD float operator()(int, int m, int n, float acc) const { return aux[(size_t)m * ld + n] > 0.f ? acc : 0.f; }
+};
+
+typedef int (*gc_bench_fn)(const float* A, const float* B, float* C, const float* aux);
+struct gc_bench_case {
+    const char* name;
+    int m, n, k, ta, tb;
+    const char* precision;   // "fp32" or "tf32"
+    const char* epilogue;    // "none", "bias_relu", "bias", "relu_mask"
+    const char* tile;
+    gc_bench_fn fn;
+};

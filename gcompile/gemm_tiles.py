@@ -1,0 +1,163 @@
+"""gemm_tiles: the tile configuration of each GEMM (the `Tile` argument of gc_gemm, runtime/gc_gemm.h).
+
+`choose_tile(m, n, k, trans_a, trans_b, precision, batch)` returns the C text of the tile type,
+`gc_tile<BM, BN, BK, TM, TN, TF32, SPLIT, M, N, K>`: the block's tile of C, the per-thread (fp32) or per-warp
+(tf32) tile, the K split over a thread-block cluster, and the static shape the kernel is specialized for.
+
+The choice, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supports:
+  1. measured: a GEMM whose (m, n, k, transposes, precision, batch) was timed by the sweep
+     (`bench/gemm_bench.py --sweep`, every candidate of every swept shape on one GPU) gets the fastest tile
+     measured — every GEMM of the MLP's training step at batch 128 and 1000 is there;
+  2. otherwise the cheapest by a cost model fitted to the same sweep. The busiest of the 132 SMs (H100,
+     H200) runs `per_sm = ceil(blocks / 132)` blocks, `rounds = ceil(per_sm / occupancy)` at a time, each
+     `steps = ceil(K / split / BK)` steps; estimated microseconds:
+        F0 + PER_BLOCK * per_sm + steps * (latency[tile] * rounds + throughput[tile] * per_sm)
+        + (split > 1) * (SPLIT0 + SPLIT1 * split * BM * BN / 4096)
+     latency[tile]: a step's time when the block has its SM to itself (load latency, barrier); throughput:
+     what each more block sharing the SM adds (its arithmetic); the split terms: the cluster's reduction.
+     Fitted by non-negative least squares on relative error. On the sweep's 46 (shape, precision) pairs
+     the model alone picks a tile within 10% of the fastest on 30 and within 30% on all (calibration
+     file: gemm_tiles_sm90.json, which records the GPU and commit it was measured on).
+Large square problems get 128 x 128 tiles (8 x 8 fp32 per thread); the MLP's small GEMMs small tiles and
+K splits that spread them over the SMs.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import GCompileError
+
+PRECISIONS = ("fp32", "tf32")
+SMS = 132                   # streaming multiprocessors of an H100 / H200 (SXM)
+SPLITS = (1, 2, 4, 8)       # cluster sizes for split-K (8: the portable maximum)
+SMEM_LIMIT = 48 * 1024      # static shared memory of one block
+CALIBRATION = Path(__file__).resolve().parent / "gemm_tiles_sm90.json"
+
+
+@dataclass(frozen=True)
+class Tile:
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+    tf32: int = 0
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn) * (32 if self.tf32 else 1)
+
+    @property
+    def name(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}"
+
+    def smem_bytes(self, split: int = 1) -> int:
+        pipeline = 2 * self.bk * (self.bm + 8 + self.bn + 8) * 4
+        return max(pipeline, self.bm * self.bn * 4 if split > 1 else 0)
+
+    def splits(self) -> list[int]:
+        """The splits this tile supports: the cluster's ranks share out its rows, the tile fits in smem."""
+        return [s for s in SPLITS if self.bm % s == 0 and self.smem_bytes(s) <= SMEM_LIMIT]
+
+    def occupancy(self, split: int = 1) -> int:
+        """Blocks one SM holds at once: threads (2048), registers (the kernel's cap: 128 a thread for 256
+        threads, about 170 for fewer) and shared memory (228 KB, 1 KB reserved per block)."""
+        cap = 128 if self.threads >= 256 else 65536 // ((384 // self.threads) * self.threads)
+        by_smem = (228 * 1024) // (self.smem_bytes(split) + 1024)
+        return max(1, min(32, 2048 // self.threads, 65536 // (cap * self.threads), by_smem))
+
+    def c_type(self, split: int = 1, m: int = 0, n: int = 0, k: int = 0) -> str:
+        return (f"gc_tile<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.tf32}, {split}, "
+                f"{m}, {n}, {k}>")
+
+
+# The catalogue: every tile any GEMM may get (tests compile each one with nvcc and check it has no spills).
+# It keeps the tiles that were fastest, or nearly, on some swept shape.
+TILES = {
+    "fp32": [Tile(128, 128, 8, 8, 8), Tile(64, 64, 16, 8, 4), Tile(64, 64, 32, 8, 4), Tile(64, 32, 16, 4, 4),
+             Tile(32, 64, 16, 4, 4), Tile(32, 64, 32, 4, 4), Tile(32, 32, 16, 4, 4), Tile(32, 32, 32, 4, 4),
+             Tile(64, 16, 16, 4, 4), Tile(16, 64, 16, 4, 4)],
+    "tf32": [Tile(128, 128, 16, 64, 32, 1), Tile(64, 64, 16, 32, 32, 1), Tile(64, 64, 32, 32, 32, 1),
+             Tile(64, 32, 16, 32, 16, 1), Tile(64, 32, 32, 32, 16, 1), Tile(32, 64, 16, 16, 32, 1),
+             Tile(32, 64, 32, 16, 32, 1), Tile(32, 32, 16, 16, 16, 1), Tile(32, 32, 32, 16, 16, 1),
+             Tile(32, 32, 64, 16, 16, 1), Tile(64, 16, 16, 16, 16, 1), Tile(16, 64, 16, 16, 16, 1),
+             Tile(16, 64, 32, 16, 16, 1)],
+}
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise GCompileError(f"unknown precision {precision!r}; expected one of {PRECISIONS}")
+    return precision
+
+
+def tile_by_name(name: str) -> Tile:
+    for tiles in TILES.values():
+        for tile in tiles:
+            if tile.name == name:
+                return tile
+    raise GCompileError(f"gemm_tiles: {name!r} is not a catalogue tile")
+
+
+@functools.lru_cache(maxsize=None)
+def calibration() -> dict:
+    """The fitted model constants and the measured fastest tiles (gemm_tiles_sm90.json)."""
+    data = json.loads(CALIBRATION.read_text())
+    data["measured_index"] = {measured_key(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"],
+                                           e["batch"]): (tile_by_name(e["tile"]), e["split"])
+                              for e in data["measured"]}
+    return data
+
+
+def measured_key(m, n, k, trans_a, trans_b, precision, batch) -> tuple:
+    return (int(m), int(n), int(k), bool(trans_a), bool(trans_b), precision, int(batch))
+
+
+def features(tile: Tile, split: int, m: int, n: int, k: int, batch: int = 1) -> dict:
+    """The quantities the cost model is linear in."""
+    blocks = math.ceil(m / tile.bm) * math.ceil(n / tile.bn) * batch * split
+    per_sm = math.ceil(blocks / SMS)
+    steps = max(1, math.ceil(math.ceil(k / split) / tile.bk))
+    rounds = math.ceil(per_sm / min(per_sm, tile.occupancy(split)))
+    return {"per_sm": per_sm, "latency_steps": steps * rounds, "throughput_steps": steps * per_sm,
+            "split": split > 1, "split_size": (split > 1) * split * tile.bm * tile.bn / 4096}
+
+
+def cost(tile: Tile, split: int, m: int, n: int, k: int, batch: int = 1) -> float:
+    """Estimated microseconds of one GEMM with this tile and split (see the module docstring)."""
+    model = calibration()["model"]
+    f = features(tile, split, m, n, k, batch)
+    latency, throughput = model["tiles"][tile.name]
+    return (model["f0"] + model["per_block"] * f["per_sm"] + latency * f["latency_steps"]
+            + throughput * f["throughput_steps"] + model["split0"] * f["split"] + model["split1"] * f["split_size"])
+
+
+def candidates(m: int, n: int, k: int, precision: str, batch: int = 1):
+    """(cost, tile, split) for every catalogue tile and usable split, cheapest first."""
+    out = []
+    for tile in TILES[precision]:
+        for split in tile.splits():
+            if split > 1 and (k < 2 * split * tile.bk or batch * split > 65535):
+                continue   # each split must keep at least two K steps
+            out.append((cost(tile, split, m, n, k, batch), tile, split))
+    out.sort(key=lambda c: (c[0], -c[1].bm * c[1].bn, c[2]))
+    return out
+
+
+def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1) -> str:
+    """C text of the tile type for C (m, n) = op(A) (m, k) @ op(B) (k, n), `batch` times.
+
+    precision "tf32" picks a tensor-core tile (float GEMMs only; the caller passes "fp32" for others)."""
+    check_precision(precision)
+    if min(m, n, k, batch) < 0:
+        raise GCompileError(f"choose_tile: negative size m={m} n={n} k={k} batch={batch}")
+    measured = calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
+    if measured is not None:
+        tile, split = measured
+    else:
+        _, tile, split = candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1))[0]
+    return tile.c_type(split, m, n, k)

@@ -1,0 +1,43 @@
+// gc_gemm.h — what both targets' GEMMs share: the tile configuration type, the plain-store epilogue and the
+// check of a launch against the shape its tile was specialized for. The GEMMs themselves are
+// gc_gemm_cuda.cuh (cuda) and gc_kernels_cpu.h (cpu), with one signature:
+//
+//   template <typename T, bool TA, bool TB, class Tile, class Ep>
+//   static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep,
+//                      int batch = 1, long long sa = 0, long long sb = 0, long long sc = 0);
+//
+// C[b] (M, N) = ep(b, m, n, sum_k op(A[b])[m, k] * op(B[b])[k, n]) for b < batch, A[b] = A + b * sa
+// (elements), same for B and C. op(A) is A (M, K), or A^T when TA (A stored (K, M)); op(B) is B (K, N), or
+// B^T when TB (B stored (N, K)). The epilogue's value is what is stored in C[b][m, n].
+
+// A tile configuration (gcompile/gemm_tiles.py chooses one per GEMM; the cpu target ignores it).
+//   BM x BN   the tile of C one block computes; K advances in steps of BK.
+//   TM x TN   TF32 = 0: the outputs one thread computes (fp32 FMAs, multiples of 4);
+//             TF32 = 1: the tile one warp computes with tf32 tensor cores (mma m16n8k8; multiples of 16 x 8).
+//   SPLIT     > 1: K is split over a cluster of SPLIT blocks (sm_90) whose partial tiles are summed in
+//             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
+//   SM SN SK  the static shape the GEMM was specialized for (0: any). Bounds checks on a dimension that the
+//             tile divides are compiled out; gc_gemm refuses a launch whose shape differs.
+template <int BM_, int BN_, int BK_, int TM_, int TN_, int TF32_, int SPLIT_ = 1, int SM_ = 0, int SN_ = 0,
+          int SK_ = 0>
+struct gc_tile {
+    static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, TF32 = TF32_, SPLIT = SPLIT_;
+    static constexpr int SM = SM_, SN = SN_, SK = SK_;
+    static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 ? 32 : 1);
+};
+
+// The epilogue that stores the sum unchanged.
+struct gc_ep_store {
+    template <typename T> GC_HD T operator()(int, int, int, T acc) const { return acc; }
+};
+
+// GC_OK when a launch fits its tile's static shape (and its sizes are not negative), else a message.
+template <class Tile>
+static int gc_gemm_check(int M, int N, int K, int batch) {
+    if (M < 0 || N < 0 || K < 0 || batch < 0)
+        return gc_fail(GC_ERR_ARG, "gc_gemm: negative size M=%d N=%d K=%d batch=%d", M, N, K, batch);
+    if ((Tile::SM && Tile::SM != M) || (Tile::SN && Tile::SN != N) || (Tile::SK && Tile::SK != K))
+        return gc_fail(GC_ERR_ARG, "gc_gemm: called with M=%d N=%d K=%d, but its tile was specialized for "
+                       "M=%d N=%d K=%d", M, N, K, Tile::SM, Tile::SN, Tile::SK);
+    return GC_OK;
+}

@@ -1,0 +1,421 @@
+// gc_gemm_cuda.cuh — the cuda target's GEMM (signature and tile type in gc_gemm.h). One kernel template,
+// specialized at compile time by its tile (sizes, precision, split, static shape) and its epilogue:
+//   * each block computes a BM x BN tile of C; K advances in steps of BK through two shared-memory buffers:
+//     the next steps' global loads (16-byte vectors where the layout allows) are in flight in registers
+//     while the current step computes (two steps ahead for small register blocks), one barrier per step;
+//   * both operands sit in shared memory k-major (As[k][m], Bs[k][n]), whatever the transposes: the inner
+//     loop reads 16-byte vectors of A and B (fp32: a TM x TN register block per thread) or tf32 fragments
+//     (mma.sync m16n8k8, a TM x TN tile per warp); rows are padded by 8 words so the fragment loads are
+//     free of bank conflicts;
+//   * the epilogue functor is applied to each sum as it is stored (bias, ReLU, masks fuse here);
+//   * split-K: the SPLIT blocks of a cluster each sum a slice of K, then each reduces a slice of the tile's
+//     rows over the cluster's shared memories in rank order 0..SPLIT-1. No atomics anywhere: results are
+//     bit-for-bit reproducible.
+
+template <typename T, class Ep>
+struct gc_gemm_params {
+    const T* A;
+    const T* B;
+    T* C;
+    int M, N, K;
+    long long sa, sb, sc;
+    Ep ep;
+    bool va, vb, vc;   // 16-byte accesses allowed: loads of A, of B (along their contiguous dimension), stores of C
+};
+
+// 16-byte loads and stores of 4 (float) or 2 (double) elements, and runs of 4 / 2 elements.
+__device__ __forceinline__ void gc_ld16(const float* p, float* o) {
+    float4 v = *reinterpret_cast<const float4*>(p);
+    o[0] = v.x; o[1] = v.y; o[2] = v.z; o[3] = v.w;
+}
+__device__ __forceinline__ void gc_ld16(const double* p, double* o) {
+    double2 v = *reinterpret_cast<const double2*>(p);
+    o[0] = v.x; o[1] = v.y;
+}
+__device__ __forceinline__ void gc_st16(float* p, const float* o) {
+    *reinterpret_cast<float4*>(p) = make_float4(o[0], o[1], o[2], o[3]);
+}
+__device__ __forceinline__ void gc_st16(double* p, const double* o) {
+    *reinterpret_cast<double2*>(p) = make_double2(o[0], o[1]);
+}
+// RUN consecutive elements (RUN * sizeof(T) bytes, aligned to that).
+template <int RUN, typename T>
+__device__ __forceinline__ void gc_ld_run(const T* p, T* o) {
+    constexpr int W = 16 / sizeof(T);
+    if constexpr (RUN % W == 0) {
+#pragma unroll
+        for (int h = 0; h < RUN / W; h++) gc_ld16(p + h * W, o + h * W);
+    } else if constexpr (RUN == 2 && sizeof(T) == 4) {
+        float2 v = *reinterpret_cast<const float2*>(p);
+        o[0] = v.x; o[1] = v.y;
+    } else {
+#pragma unroll
+        for (int r = 0; r < RUN; r++) o[r] = p[r];
+    }
+}
+template <int RUN, typename T>
+__device__ __forceinline__ void gc_st_run(T* p, const T* o) {
+    constexpr int W = 16 / sizeof(T);
+    if constexpr (RUN % W == 0) {
+#pragma unroll
+        for (int h = 0; h < RUN / W; h++) gc_st16(p + h * W, o + h * W);
+    } else if constexpr (RUN == 2 && sizeof(T) == 4) {
+        *reinterpret_cast<float2*>(p) = make_float2(o[0], o[1]);
+    } else {
+#pragma unroll
+        for (int r = 0; r < RUN; r++) p[r] = o[r];
+    }
+}
+
+// tf32 rounding (to nearest, ties away) and the tensor-core product d += a b of one 16x8x8 step.
+__device__ __forceinline__ float gc_tf32(float x) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+#else
+    return x;
+#endif
+}
+__device__ __forceinline__ void gc_mma_tf32(float* d, const uint32_t* a, const uint32_t* b) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();   // tf32 tiles need sm_80 or newer
+#endif
+}
+
+// Thread-block clusters (sm_90) in PTX: the cluster barrier (release / acquire: shared-memory writes before
+// it are seen by every block of the cluster after it), this block's rank, and the address of a shared
+// variable in another block of the cluster (a generic pointer that plain loads read).
+__device__ __forceinline__ void gc_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ unsigned gc_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+template <typename T>
+__device__ __forceinline__ const T* gc_cluster_map(const T* p, unsigned rank) {
+    uint64_t out;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(p), "r"(rank));
+    return reinterpret_cast<const T*>(out);
+}
+
+// One step's block of an operand on its way from global to shared memory: ROWS x COLS of a row-major matrix
+// (COLS contiguous, row stride ld), held in registers as slots of W = 16 / sizeof(T) elements. CR / CC:
+// rows / columns may run past the matrix (zeros are loaded there). Rows of the block become rows of the
+// shared array (`direct`, a 16-byte store per slot) or its columns (transposed, W scalar stores).
+template <typename T, int ROWS, int COLS, int THREADS>
+struct gc_gemm_stage {
+    static constexpr int W = 16 / sizeof(T);
+    static_assert(COLS % W == 0, "gc_gemm: a tile side is not a multiple of 16 bytes");
+    static constexpr int SLOTS = ROWS * COLS / W;
+    static constexpr int PER = (SLOTS + THREADS - 1) / THREADS;
+    T v[PER][W];
+
+    template <bool CR, bool CC>
+    __device__ __forceinline__ void load(const T* __restrict__ src, long long ld, int rows_left, int cols_left,
+                                         bool vec) {
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int slot = threadIdx.x + i * THREADS;
+            const int r = slot / (COLS / W), c = slot % (COLS / W) * W;
+            const bool live = (SLOTS % THREADS == 0 || slot < SLOTS) && (!CR || r < rows_left);
+            const T* p = src + (long long)r * ld + c;
+            if (vec) {   // cols_left is a multiple of W here: a slot is wholly inside or wholly outside
+                if (live && (!CC || c < cols_left)) gc_ld16(p, v[i]);
+                else {
+#pragma unroll
+                    for (int j = 0; j < W; j++) v[i][j] = T(0);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < W; j++) v[i][j] = live && (!CC || c + j < cols_left) ? p[j] : T(0);
+            }
+        }
+    }
+
+    template <bool TRANSPOSED, bool TF32>
+    __device__ __forceinline__ void store(T* s, int lds) {
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int slot = threadIdx.x + i * THREADS;
+            if (SLOTS % THREADS != 0 && slot >= SLOTS) continue;
+            const int r = slot / (COLS / W), c = slot % (COLS / W) * W;
+            T w[W];
+#pragma unroll
+            for (int j = 0; j < W; j++) w[j] = TF32 ? (T)gc_tf32((float)v[i][j]) : v[i][j];
+            if (TRANSPOSED) {
+#pragma unroll
+                for (int j = 0; j < W; j++) s[(c + j) * lds + r] = w[j];
+            } else {
+                gc_st16(s + r * lds + c, w);
+            }
+        }
+    }
+};
+
+// Store RUN results of row m, columns n..n+RUN-1 (n a multiple of RUN) through the epilogue. CM / CN: the
+// tile may overhang the matrix in that dimension. vec: C's rows allow aligned RUN-wide stores.
+template <int RUN, bool CM, bool CN, typename T, class Ep>
+__device__ __forceinline__ void gc_gemm_store(T* C, const Ep& ep, int b, int m, int n, int M, int N,
+                                              const T* v, bool vec) {
+    if (CM && m >= M) return;
+    T* row = C + (size_t)m * N;
+    if (vec && (!CN || n < N)) {   // vec: N is a multiple of 4, so the whole run is inside
+        T o[RUN];
+#pragma unroll
+        for (int r = 0; r < RUN; r++) o[r] = ep(b, m, n + r, v[r]);
+        gc_st_run<RUN>(row + n, o);
+    } else {
+#pragma unroll
+        for (int r = 0; r < RUN; r++)
+            if (!CN || n + r < N) row[n + r] = ep(b, m, n + r, v[r]);
+    }
+}
+
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+__global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
+gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
+    constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
+    constexpr int S = Tile::SPLIT, THREADS = Tile::THREADS, W = 16 / sizeof(T);
+    constexpr bool TC = Tile::TF32 != 0;
+    static_assert(!TC || sizeof(T) == 4, "gc_gemm: tf32 tiles are for float GEMMs");
+    static_assert(BM % TM == 0 && BN % TN == 0 && BK % 8 == 0, "gc_gemm: tile sizes do not divide");
+    static_assert(TC ? (TM % 16 == 0 && TN % 8 == 0) : (TM % 4 == 0 && TN % 4 == 0),
+                  "gc_gemm: per-thread (fp32) or per-warp (tf32) tile not a multiple of 4x4 (16x8)");
+    static_assert(S >= 1 && S <= 8 && BM % S == 0 && BN % 4 == 0, "gc_gemm: split must be 1..8 and divide BM");
+    constexpr int LDA = BM + 8, LDB = BN + 8;    // tf32 fragment loads hit 32 distinct banks
+    constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
+    static_assert((PIPE > RED ? PIPE : RED) * sizeof(T) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
+    __shared__ __align__(16) T smem[PIPE > RED ? PIPE : RED];
+    T* As = smem;
+    T* Bs = smem + 2 * BK * LDA;
+
+    // What the static shape settles at compile time: dimensions the tile divides need no bounds checks,
+    // and a contiguous dimension that is no multiple of W rules out 16-byte loads.
+    constexpr bool EM = Tile::SM > 0 && Tile::SM % BM == 0;
+    constexpr bool EN = Tile::SN > 0 && Tile::SN % BN == 0;
+    constexpr bool EK = Tile::SK > 0 && Tile::SK % (BK * S) == 0;
+    constexpr int CA = TA ? Tile::SM : Tile::SK, CB = TB ? Tile::SK : Tile::SN;   // contiguous dimensions
+    const int M = Tile::SM ? Tile::SM : p.M, N = Tile::SN ? Tile::SN : p.N, K = Tile::SK ? Tile::SK : p.K;
+    const bool va = (CA == 0 || CA % W == 0) && p.va, vb = (CB == 0 || CB % W == 0) && p.vb;
+
+    // Tile coordinates: blocks walk groups of 8 tile rows column by column, so blocks running together
+    // share rows of A and columns of B in L2.
+    constexpr int G = 8;
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int group = blockIdx.x / (G * tiles_n), first = group * G;
+    const int rows = min(tiles_m - first, G), local = blockIdx.x - group * G * tiles_n;
+    const int m0 = (first + local % rows) * BM, n0 = local / rows * BN;
+    const int b = blockIdx.z / S, s = blockIdx.z % S;
+    const int KS = ((K + S - 1) / S + BK - 1) / BK * BK;    // K per split, a multiple of BK
+    const int k_begin = s * KS, k_end = min(K, k_begin + KS);
+    const int ktiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+    const T* __restrict__ A = p.A + b * p.sa;
+    const T* __restrict__ B = p.B + b * p.sb;
+    T* __restrict__ C = p.C + b * p.sc;
+
+    // A's block is (BM x BK) of A, or (BK x BM) of A stored transposed; B's likewise. Two register sets:
+    // with DEEP, a step's loads are issued two steps before their data is stored to shared memory.
+    typedef gc_gemm_stage<T, TA ? BK : BM, TA ? BM : BK, THREADS> StageA;
+    typedef gc_gemm_stage<T, TB ? BN : BK, TB ? BK : BN, THREADS> StageB;
+    StageA ga0, ga1;
+    StageB gb0, gb1;
+    auto load = [&](StageA& ga, StageB& gb, int kt) {
+        const int k0 = k_begin + kt * BK;
+        if (TA) ga.template load<!EK, !EM>(A + (size_t)k0 * M + m0, M, k_end - k0, M - m0, va);
+        else    ga.template load<!EM, !EK>(A + (size_t)m0 * K + k0, K, M - m0, k_end - k0, va);
+        if (TB) gb.template load<!EN, !EK>(B + (size_t)n0 * K + k0, K, N - n0, k_end - k0, vb);
+        else    gb.template load<!EK, !EN>(B + (size_t)k0 * N + n0, N, k_end - k0, N - n0, vb);
+    };
+    auto store = [&](StageA& ga, StageB& gb, int buf) {
+        ga.template store<!TA, TC>(As + buf * BK * LDA, LDA);
+        gb.template store<TB, TC>(Bs + buf * BK * LDB, LDB);
+    };
+
+    // fp32: thread (ty, tx) owns rows g * 4 * MT + 4 * ty + r and columns g * 4 * NT + 4 * tx + r (r < 4):
+    // 16-byte groups spread over the tile, so a warp's shared-memory reads are few distinct vectors.
+    constexpr int MT = BM / TM, NT = BN / TN;
+    const int tx = threadIdx.x % NT, ty = threadIdx.x / NT;
+    // tf32: warp (wm, wn) owns a TM x TN tile: (TM / 16) x (TN / 8) mma tiles; lane = 4 * gid + tig.
+    constexpr int MI = TC ? TM / 16 : 1, NI = TC ? TN / 8 : 1, WN = BN / TN;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+    const int wm = warp / WN, wn = warp % WN;
+    T acc[TC ? 1 : TM][TC ? 1 : TN] = {};
+    float tacc[MI][NI][4] = {};
+
+    auto compute = [&](int buf) {
+        const T* as = As + buf * BK * LDA;
+        const T* bs = Bs + buf * BK * LDB;
+        if constexpr (!TC) {
+#pragma unroll
+            for (int k = 0; k < BK; k++) {
+                T a[TM], bv[TN];
+#pragma unroll
+                for (int g = 0; g < TM / 4; g++) gc_ld_run<4>(as + k * LDA + g * 4 * MT + 4 * ty, a + 4 * g);
+#pragma unroll
+                for (int g = 0; g < TN / 4; g++) gc_ld_run<4>(bs + k * LDB + g * 4 * NT + 4 * tx, bv + 4 * g);
+#pragma unroll
+                for (int i = 0; i < TM; i++)
+#pragma unroll
+                    for (int j = 0; j < TN; j++) acc[i][j] += a[i] * bv[j];
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < BK; k += 8) {
+                uint32_t af[MI][4], bf[NI][2];
+#pragma unroll
+                for (int i = 0; i < MI; i++) {
+                    const float* q = (const float*)as + (k + tig) * LDA + wm * TM + i * 16 + gid;
+                    af[i][0] = __float_as_uint(q[0]);
+                    af[i][1] = __float_as_uint(q[8]);
+                    af[i][2] = __float_as_uint(q[4 * LDA]);
+                    af[i][3] = __float_as_uint(q[4 * LDA + 8]);
+                }
+#pragma unroll
+                for (int j = 0; j < NI; j++) {
+                    const float* q = (const float*)bs + (k + tig) * LDB + wn * TN + j * 8 + gid;
+                    bf[j][0] = __float_as_uint(q[0]);
+                    bf[j][1] = __float_as_uint(q[4 * LDB]);
+                }
+#pragma unroll
+                for (int i = 0; i < MI; i++)
+#pragma unroll
+                    for (int j = 0; j < NI; j++) gc_mma_tf32(tacc[i][j], af[i], bf[j]);
+            }
+        }
+    };
+
+    // Step kt computes from buffer kt % 2 while tile kt + 1 waits in registers (ga, gb), then stores it to
+    // the other buffer. DEEP (tiles with little work per step, where a load's latency would show): tile
+    // kt + 1 was loaded two steps earlier, and tile kt + 3 is loaded into the registers it frees (when
+    // the accumulators and two register sets fit; the 8 x 8 fp32 block has work enough to hide a load).
+    constexpr int STAGED = (BM * BK + BK * BN) / THREADS, ACCS = TC ? TM * TN / 32 : TM * TN;
+    constexpr bool DEEP = ACCS + 2 * STAGED <= 48;
+    if (ktiles > 0) {
+        load(ga0, gb0, 0);
+        store(ga0, gb0, 0);
+    }
+    if (DEEP && ktiles > 1) load(ga1, gb1, 1);
+    if (DEEP && ktiles > 2) load(ga0, gb0, 2);
+    __syncthreads();
+    auto step = [&](int kt, StageA& ga, StageB& gb) {
+        if (!DEEP && kt + 1 < ktiles) load(ga, gb, kt + 1);
+        compute(kt & 1);
+        if (kt + 1 < ktiles) store(ga, gb, (kt + 1) & 1);
+        if (DEEP && kt + 3 < ktiles) load(ga, gb, kt + 3);
+        __syncthreads();
+    };
+    if constexpr (DEEP) {
+        for (int kt = 0; kt < ktiles; kt += 2) {   // by twos: which register set holds a tile is static
+            step(kt, ga1, gb1);
+            if (kt + 1 < ktiles) step(kt + 1, ga0, gb0);
+        }
+    } else {
+        for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
+    }
+
+    // The accumulators as runs of RUN consecutive columns at tile coordinates (row, col).
+    constexpr int RUN = TC ? 2 : 4;
+    auto for_runs = [&](auto&& f) {
+        if constexpr (!TC) {
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < NI; j++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        f(wm * TM + i * 16 + gid + 8 * h, wn * TN + j * 8 + 2 * tig, (const T*)&tacc[i][j][2 * h]);
+        }
+    };
+
+    if constexpr (S == 1) {
+        for_runs([&](int row, int col, const T* v) {
+            gc_gemm_store<RUN, !EM, !EN>(C, p.ep, b, m0 + row, n0 + col, M, N, v, p.vc);
+        });
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
+#else
+        // Partial tiles to shared memory (the loop's last barrier freed it); then block `rank` of the
+        // cluster sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order.
+        for_runs([&](int row, int col, const T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
+        gc_cluster_sync();
+        constexpr int RS = BM / S;
+        const int rank = (int)gc_cluster_rank();
+        for (int e = threadIdx.x; e < RS * BN / 4; e += THREADS) {
+            const int row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
+            T sum[4] = {};
+#pragma unroll
+            for (int q = 0; q < S; q++) {
+                T v[4];
+                gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
+#pragma unroll
+                for (int r = 0; r < 4; r++) sum[r] += v[r];
+            }
+            gc_gemm_store<4, !EM, !EN>(C, p.ep, b, m0 + row, n0 + col, M, N, sum, p.vc);
+        }
+        gc_cluster_sync();   // no block leaves while another still reads its shared memory
+#endif
+    }
+}
+
+// Whether this device launches thread-block clusters (asked once).
+static bool gc_cluster_launch_supported() {
+    static int supported = -1;
+    if (supported < 0) {
+        int dev = 0, value = 0;
+        supported = cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&value, cudaDevAttrClusterLaunch, dev) == cudaSuccess && value;
+    }
+    return supported == 1;
+}
+
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
+                   long long sb = 0, long long sc = 0) {
+    GC_TRY(gc_gemm_check<Tile>(M, N, K, batch));
+    if (M == 0 || N == 0 || batch == 0) return GC_OK;
+    constexpr int W = 16 / sizeof(T), S = Tile::SPLIT;
+    // 16-byte accesses need the contiguous dimension, the batch stride and the pointer to allow them.
+    auto vectors = [&](const void* ptr, int contiguous, long long stride, int width) {
+        return contiguous % width == 0 && (uintptr_t)ptr % 16 == 0 && (batch == 1 || stride % width == 0);
+    };
+    gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep,
+                               vectors(A, TA ? M : K, sa, W), vectors(B, TB ? K : N, sb, W),
+                               vectors(C, N, sc, 4)};
+    const long long tiles = (long long)((M + Tile::BM - 1) / Tile::BM) * ((N + Tile::BN - 1) / Tile::BN);
+    if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
+        return gc_fail(GC_ERR_ARG, "gc_gemm: M=%d N=%d batch=%d is too large for one launch", M, N, batch);
+    dim3 grid((unsigned)tiles, 1, batch * S);
+    if (S == 1) {
+        gc_gemm_kernel<T, TA, TB, Tile, Ep><<<grid, Tile::THREADS>>>(p);
+    } else {
+        if (!gc_cluster_launch_supported())
+            return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM splits K over a thread-block cluster, which this "
+                           "GPU cannot launch (sm_90 or newer needed)");
+        cudaLaunchConfig_t config = {};
+        cudaLaunchAttribute cluster[1];
+        cluster[0].id = cudaLaunchAttributeClusterDimension;
+        cluster[0].val.clusterDim.x = 1;
+        cluster[0].val.clusterDim.y = 1;
+        cluster[0].val.clusterDim.z = S;
+        config.gridDim = grid;
+        config.blockDim = dim3(Tile::THREADS);
+        config.attrs = cluster;
+        config.numAttrs = 1;
+        GC_CUDA_TRY(cudaLaunchKernelEx(&config, gc_gemm_kernel<T, TA, TB, Tile, Ep>, p));
+    }
+    GC_LAUNCH_CHECK();
+    return GC_OK;
+}

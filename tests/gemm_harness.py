@@ -1,0 +1,195 @@
+"""A standalone test program for gc_gemm (runtime/gc_gemm.h) on either target: each case is one gc_gemm call
+with its own types, transposes, tile, shape, batch strides, pointer alignment and epilogue; the program reads
+the operands from files, runs every case and writes the results, which Python compares with float64 numpy.
+
+The epilogue `ep_test` uses all of (b, m, n) and a bias row: relu(acc + bias[n] + 0.25 (m % 3) - b).
+"""
+from __future__ import annotations
+
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gcompile.build import compile_flags
+from gcompile.resources import package_dir
+
+C_TYPES = {"float32": "float", "float64": "double"}
+
+PRELUDE = """\
+#include <vector>
+#include "gc_runtime.h"
+#include "gc_gemm.h"
+#ifdef GC_CUDA
+#include "gc_gemm_cuda.cuh"
+#else
+#include "gc_kernels_cpu.h"
+#endif
+
+struct ep_test {
+    const void* bias;
+    template <typename T> GC_HD T operator()(int b, int m, int n, T acc) const {
+        T v = acc + ((const T*)bias)[n] + T(0.25) * (m % 3) - T(b);
+        return v > T(0) ? v : T(0);
+    }
+};
+static ep_test make_ep(ep_test*, const void* bias) { return ep_test{bias}; }
+static gc_ep_store make_ep(gc_ep_store*, const void*) { return gc_ep_store{}; }
+
+// name.bin from dir into device memory, `shift` elements past a 256-byte boundary.
+template <typename T>
+static int upload(const char* dir, const char* name, int shift, T** out, std::vector<T>& host) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.bin", dir, name);
+    FILE* f = fopen(path, "rb");
+    if (!f) return gc_fail(GC_ERR_IO, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long bytes = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    host.resize(bytes / sizeof(T));
+    size_t got = fread(host.data(), 1, bytes, f);
+    fclose(f);
+    if ((long)got != bytes) return gc_fail(GC_ERR_IO, "short read of %s", path);
+    void* base;
+    GC_TRY(gc_device_alloc(&base, bytes + (shift + 1) * sizeof(T) + 256, name));
+    *out = (T*)base + shift;
+    return gc_copy_to_device(*out, host.data(), bytes);
+}
+
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int run_case(const char* dir, int i, int M, int N, int K, int batch, long long sa, long long sb,
+                    long long sc, int shift) {
+    char name[64];
+    std::vector<T> ha, hb, hbias, hc;
+    T *a, *b, *bias, *c;
+    snprintf(name, sizeof name, "a%d", i);
+    GC_TRY(upload(dir, name, shift, &a, ha));
+    snprintf(name, sizeof name, "b%d", i);
+    GC_TRY(upload(dir, name, 0, &b, hb));
+    snprintf(name, sizeof name, "bias%d", i);
+    GC_TRY(upload(dir, name, 0, &bias, hbias));
+    snprintf(name, sizeof name, "c%d", i);
+    GC_TRY(upload(dir, name, 0, &c, hc));
+    GC_TRY((gc_gemm<T, TA, TB, Tile>(a, b, c, M, N, K, make_ep((Ep*)0, bias), batch, sa, sb, sc)));
+    GC_TRY(gc_copy_to_host(hc.data(), c, hc.size() * sizeof(T)));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/out%d.bin", dir, i);
+    FILE* f = fopen(path, "wb");
+    if (!f || fwrite(hc.data(), sizeof(T), hc.size(), f) != hc.size()) return gc_fail(GC_ERR_IO, "cannot write %s", path);
+    fclose(f);
+    return GC_OK;
+}
+"""
+
+
+@dataclass
+class Case:
+    dtype: str
+    ta: bool
+    tb: bool
+    tile: str
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    sa: int | None = None       # batch strides in elements (None: the matrices are packed)
+    sb: int | None = None
+    sc: int | None = None
+    shift: int = 0              # A starts this many elements past an aligned address
+    ep: bool = False            # ep_test instead of gc_ep_store
+    tf32: bool = False          # compare with the tf32 tolerance
+    expect_error: str | None = None
+
+    def strides(self):
+        return (self.sa or self.m * self.k, self.sb or self.k * self.n, self.sc or self.m * self.n)
+
+    def call(self, index: int) -> str:
+        sa, sb, sc = self.strides()
+        ep = "ep_test" if self.ep else "gc_ep_store"
+        return (f"run_case<{C_TYPES[self.dtype]}, {str(self.ta).lower()}, {str(self.tb).lower()}, {self.tile}, "
+                f"{ep}>(dir, {index}, {self.m}, {self.n}, {self.k}, {self.batch}, {sa}, {sb}, {sc}, {self.shift})")
+
+
+def sources(cases: list[Case], parts: int) -> list[str]:
+    """The program as `parts` translation units (compiled side by side): cases spread over them, main last."""
+    units = []
+    for p in range(parts):
+        text = [PRELUDE]
+        for i, case in enumerate(cases):
+            if i % parts == p:
+                text.append(f"int gc_case_{i}(const char* dir) {{\n    int rc = {case.call(i)};\n"
+                            f"    if (rc != GC_OK) printf(\"case {i} error: %s\\n\", gc_error_message);\n"
+                            f"    return rc;\n}}\n")
+        units.append("\n".join(text))
+    main = ["#include <stdio.h>"]
+    main += [f"int gc_case_{i}(const char* dir);" for i in range(len(cases))]
+    main.append("int main(int argc, char** argv) {\n    if (argc != 2) return 2;")
+    main += [f"    printf(\"case {i} rc %d\\n\", gc_case_{i}(argv[1]));" for i in range(len(cases))]
+    main.append("    return 0;\n}\n")
+    units.append("\n".join(main))
+    return units
+
+
+def build(cases: list[Case], target: str, workdir: Path, parts: int = 2, arch: str | None = None) -> Path:
+    compiler, flags, link_flags = compile_flags(target, arch)
+    suffix = ".cu" if target == "cuda" else ".cpp"
+    include = ["-I", str(package_dir("runtime"))]
+    objects, commands = [], []
+    for p, text in enumerate(sources(cases, parts)):
+        src = workdir / f"gemm_part{p}{suffix}"
+        src.write_text(text)
+        objects.append(workdir / f"gemm_part{p}.o")
+        commands.append([compiler, *flags, *include, "-c", str(src), "-o", str(objects[-1])])
+    with ThreadPoolExecutor(len(commands)) as pool:
+        results = list(pool.map(lambda cmd: subprocess.run(cmd, capture_output=True, text=True), commands))
+    for cmd, r in zip(commands, results):
+        assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-6000:]}"
+    exe = workdir / "gemm_harness"
+    r = subprocess.run([compiler, *link_flags, *map(str, objects), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    return exe
+
+
+def operands(case: Case, rng):
+    """Packed-or-strided buffers for A, B, the bias and C (NaN everywhere: unwritten outputs stay NaN)."""
+    sa, sb, sc = case.strides()
+    dt = np.dtype(case.dtype)
+    a = rng.uniform(-1, 1, (case.batch - 1) * sa + case.m * case.k).astype(dt)
+    b = rng.uniform(-1, 1, (case.batch - 1) * sb + case.k * case.n).astype(dt)
+    bias = rng.uniform(-1, 1, max(case.n, 1)).astype(dt)
+    c = np.full((case.batch - 1) * sc + case.m * case.n, np.nan, dt)
+    return a, b, bias, c
+
+
+def matrices(case: Case, a, b):
+    """op(A[i]), op(B[i]) in float64 for each batch entry."""
+    sa, sb, _ = case.strides()
+    for i in range(case.batch):
+        ai = a[i * sa:i * sa + case.m * case.k].astype(np.float64)
+        bi = b[i * sb:i * sb + case.k * case.n].astype(np.float64)
+        ai = ai.reshape(case.k, case.m).T if case.ta else ai.reshape(case.m, case.k)
+        bi = bi.reshape(case.n, case.k).T if case.tb else bi.reshape(case.k, case.n)
+        yield ai, bi
+
+
+def reference(case: Case, a, b, bias):
+    """Per batch entry: (expected C in float64, |op(A)| @ |op(B)| for the error bound)."""
+    out = []
+    for i, (ai, bi) in enumerate(matrices(case, a, b)):
+        c = ai @ bi
+        if case.ep:
+            m = np.arange(case.m)[:, None] % 3
+            c = np.maximum(c + bias[None, :case.n].astype(np.float64) + 0.25 * m - i, 0)
+        out.append((c, np.abs(ai) @ np.abs(bi)))
+    return out
+
+
+def tolerance(case: Case) -> float:
+    """Relative bound on |C - C64| / (|op(A)| @ |op(B)|): per product, the operands' rounding (tf32: 10
+    mantissa bits, rounded to nearest, so 2^-11 each) and the float sum's (K steps of 2^-24 at worst), with a
+    factor 2 of slack; the epilogue's own rounding is added relative to |C|."""
+    eps = 2.0 ** -53 if case.dtype == "float64" else 2.0 ** -24
+    operand = 2 * 2.0 ** -11 if case.tf32 else 0.0
+    return 2 * (operand + max(case.k, 1) * eps)

@@ -1,0 +1,258 @@
+"""The benchmark's own logic on fake numbers: timing statistics, ratios, the table, the JSON file, the
+HLO kernel estimate and the gcompile binary's log reading. No torch, no jax, no GPU: `make bench` itself
+runs on the GPU machine."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_bench():
+    """The bench package from the checkout (it is not part of the installed wheel), without putting the
+    checkout on sys.path, which would shadow the installed gcompile."""
+    if "bench" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bench", ROOT / "bench" / "__init__.py",
+                                                      submodule_search_locations=[str(ROOT / "bench")])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench"] = module
+        spec.loader.exec_module(module)
+    import bench.gc_side
+    import bench.jax_peers
+    import bench.report
+    import bench.run
+    import bench.timing
+    return bench
+
+
+bench = load_bench()
+report, timing = bench.report, bench.timing
+
+
+def fake_rows():
+    r = report.row
+    return [
+        r("mnist", "mnist_mlp", 128, "gcompile", precision="fp32", step_s=10e-6, p10_s=9e-6, p90_s=12e-6,
+          compile_cold_s=2.5, compile_cached_s=0.05, mem_bytes=1_500_000, kernels=9, tta_s=0.03, tta_epochs=4,
+          start_to_target_s=0.6),
+        r("mnist", "mnist_mlp", 128, "gcompile", precision="tf32", step_s=8e-6, p10_s=7e-6, p90_s=9e-6),
+        r("mnist", "mnist_mlp", 128, "jax-scan", precision="fp32", step_s=40e-6, p10_s=39e-6, p90_s=45e-6,
+          kernels=14, tta_s=None, tta_epochs=30),
+        report.row("mnist", "mnist_mlp", 1000, "torch-eager", precision="fp32", step_s=900e-6, p10_s=880e-6,
+                   p90_s=950e-6),
+        report.row("gemm", "gemm_bench", None, "-", skipped="bench/gemm_bench.py is not in this tree"),
+    ]
+
+
+def test_ratios_are_against_gcompile_fp32_of_the_same_model_and_batch():
+    rows = fake_rows()
+    report.add_ratios(rows)
+    assert "peer_over_gc" not in rows[0]
+    assert rows[1]["peer_over_gc"] == pytest.approx(0.8)
+    assert rows[2]["peer_over_gc"] == pytest.approx(4.0)
+    assert "peer_over_gc" not in rows[3]  # no gcompile row at batch 1000
+
+
+def test_table_shows_times_ratios_and_skip_reasons():
+    rows = fake_rows()
+    report.add_ratios(rows)
+    table = report.format_table(rows)
+    lines = table.splitlines()
+    assert lines[0].startswith("model") and "[mnist]" in lines and "[gemm]" in lines
+    scan = next(line for line in lines if "jax-scan" in line)
+    assert "| 40.0 " in scan and "4.00x" in scan and "no (30ep)" in scan
+    gc_line = next(line for line in lines if "gcompile" in line and "fp32" in line)
+    assert "10.0" in gc_line and "0.030 (4ep)" in gc_line and "2.50/0.050" in gc_line and "1.50" in gc_line
+    assert "SKIPPED: bench/gemm_bench.py is not in this tree" in table
+
+
+def test_json_is_named_after_gpu_and_commit_and_round_trips(tmp_path):
+    meta = {"gpu": "NVIDIA H200", "commit": "abc123", "date": "2026-11-22T00:00:00+00:00"}
+    results = {"meta": meta, "rows": fake_rows()}
+    path = report.write_json(results, tmp_path / "results")
+    assert path.name == "nvidia-h200-abc123.json"
+    assert json.loads(path.read_text()) == results
+
+
+def test_commit_comes_from_the_environment_first(monkeypatch):
+    monkeypatch.setenv("GCOMPILE_COMMIT", "0123abcd")
+    assert report.git_commit(ROOT) == "0123abcd"
+
+
+def test_step_statistics_come_from_the_timed_windows():
+    settings = timing.Settings(quick=True)
+    calls = []
+
+    def run_window(n):
+        calls.append(n)
+        return n * 5e-6
+    stats = timing.time_windows(run_window, settings)
+    assert stats["step_s"] == pytest.approx(5e-6) and stats["p10_s"] == pytest.approx(5e-6)
+    assert stats["windows"] == settings.windows == len(calls) - 2  # after the warm-up and the probe
+    assert calls[0] == settings.warmup_steps and stats["steps_per_window"] == calls[-1]
+    scanned = timing.time_windows(lambda n: n * 390 * 5e-6, settings, warmup=1, steps_per_call=390)
+    assert scanned["step_s"] == pytest.approx(5e-6)
+
+
+def test_time_to_accuracy_counts_training_epochs_until_the_target():
+    accuracies = iter([0.90, 0.95, 0.971, 0.98])
+    result = timing.time_to_accuracy(lambda e: 0.01 * (e + 1), lambda: next(accuracies), 0.97, 10)
+    assert result == {"tta_s": pytest.approx(0.06), "tta_epochs": 3, "tta_acc": 0.971}
+    never = timing.time_to_accuracy(lambda e: 1.0, lambda: 0.5, 0.97, 2)
+    assert never["tta_s"] is None and never["tta_epochs"] == 2 and "not reached" in never["tta_note"]
+
+
+def test_budget_gives_a_reason_when_work_does_not_fit():
+    budget = timing.Budget(100)
+    assert budget.allows(10) is None
+    assert "time budget" in budget.allows(1000)
+
+
+def test_binary_epoch_log_gives_time_to_accuracy():
+    run = {"epochs": [{"epoch": 1, "val_acc": 0.95, "train_s": 0.01, "since_start_s": 0.4},
+                      {"epoch": 2, "val_acc": 0.972, "train_s": 0.012, "since_start_s": 0.45}]}
+    fields = bench.gc_side.accuracy_fields(run, 0.97)
+    assert fields == {"tta_s": pytest.approx(0.022), "tta_epochs": 2, "tta_acc": 0.972, "start_to_target_s": 0.45}
+    assert bench.gc_side.accuracy_fields(run, 0.99)["tta_s"] is None
+    run["target_line"] = {"target_acc": 0.97, "epoch": 2, "train_seconds": 0.0215, "since_start_seconds": 0.41}
+    fields = bench.gc_side.accuracy_fields(run, 0.97)
+    assert fields["tta_s"] == 0.0215 and fields["binary_since_start_s"] == 0.41 and fields["start_to_target_s"] == 0.45
+    line = "epoch 2/30  loss 0.1234 (mean 0.2000)  val_acc 0.9720  1234567 examples/s  0.050 s"
+    assert bench.gc_side.EPOCH_LINE.search(line).groups() == ("2", "0.9720")
+
+
+def test_arena_beyond_parameters():
+    manifest = {"arena_bytes": 10_000, "variables": [
+        {"name": "W", "shape": [10, 20], "dtype": "float32", "trainable": True},
+        {"name": "lr", "shape": [], "dtype": "float32", "trainable": False}]}
+    assert bench.gc_side.memory_fields(manifest) == {"arena_bytes": 10_000, "mem_bytes": 10_000 - 800}
+
+
+HLO = """\
+HloModule jit_epoch, entry_computation_layout={(f32[784,10]{1,0})->f32[784,10]{1,0}}
+
+%fused_add (param_0: f32[10], param_1: f32[10]) -> f32[10] {
+  %param_0 = f32[10]{0} parameter(0)
+  %param_1 = f32[10]{0} parameter(1)
+  ROOT %add.1 = f32[10]{0} add(f32[10]{0} %param_0, f32[10]{0} %param_1)
+}
+
+%body (state: (s32[], f32[784,10])) -> (s32[], f32[784,10]) {
+  %state = (s32[], f32[784,10]{1,0}) parameter(0)
+  %gte.0 = s32[] get-tuple-element((s32[], f32[784,10]{1,0}) %state), index=0
+  %gemm = (f32[128,10]{1,0}, s8[4]{0}) custom-call(f32[128,784]{1,0} %x), custom_call_target="__cublas$gemm"
+  %fusion.2 = f32[10]{0} fusion(f32[10]{0} %a, f32[10]{0} %b), kind=kLoop, calls=%fused_add
+  %fusion.3 = f32[784,10]{1,0} fusion(f32[10]{0} %a), kind=kLoop, calls=%fused_add
+  ROOT %tuple.1 = (s32[], f32[784,10]{1,0}) tuple(s32[] %gte.0, f32[784,10]{1,0} %fusion.3)
+}
+
+%cond (state.1: (s32[], f32[784,10])) -> pred[] {
+  %state.1 = (s32[], f32[784,10]{1,0}) parameter(0)
+  ROOT %lt = pred[] compare(s32[] %a, s32[] %b), direction=LT
+}
+
+ENTRY %main.9 (Arg_0.1: f32[784,10]) -> f32[784,10] {
+  %Arg_0.1 = f32[784,10]{1,0} parameter(0)
+  %constant.1 = s32[] constant(0)
+  %fusion.9 = f32[784,10]{1,0} fusion(f32[784,10]{1,0} %Arg_0.1), kind=kLoop, calls=%fused_add
+  %tuple.2 = (s32[], f32[784,10]{1,0}) tuple(s32[] %constant.1, f32[784,10]{1,0} %fusion.9)
+  %while.1 = (s32[], f32[784,10]{1,0}) while((s32[], f32[784,10]{1,0}) %tuple.2), condition=%cond, body=%body
+  ROOT %gte.9 = f32[784,10]{1,0} get-tuple-element((s32[], f32[784,10]{1,0}) %while.1), index=1
+}
+"""
+
+
+def test_hlo_kernel_estimate_counts_launching_instructions():
+    assert bench.jax_peers.hlo_kernels(HLO, scan=True) == 3      # the loop body: gemm + 2 fusions per step
+    assert bench.jax_peers.hlo_kernels(HLO, scan=False) == 1 + 3  # a fusion, then the loop's body
+    assert bench.jax_peers.hlo_kernels("not hlo", scan=False) is None
+
+
+GEMM_RESULT = {"gpu": "fake", "rows": [
+    {"name": "4096^3", "m": 4096, "n": 4096, "k": 4096, "precision": "fp32", "epilogue": "none",
+     "tile": "gc_tile<128, 128, 8, 8, 8, 0>", "chosen": True, "own_us": 3000.0, "cublas_us": 2700.0},
+    {"name": "b128 fwd  h1 = x @ W1", "m": 128, "n": 256, "k": 784, "precision": "tf32", "epilogue": "bias_relu",
+     "tile": "t", "chosen": True, "own_us": 4.0, "cublas_tf32_us": 5.0},
+    {"name": "4096^3", "m": 4096, "n": 4096, "k": 4096, "precision": "fp32", "epilogue": "none", "tile": "other",
+     "chosen": False, "own_us": 4000.0, "cublas_us": 2700.0}],
+    "summary": {"fp32_4096_vs_cublas": 0.9, "fused_vs_cublas_min": 0.95}}
+
+
+def test_gemm_results_become_rows_and_targets():
+    rows = bench.run.gemm_rows(GEMM_RESULT)
+    assert [(r["model"], r["impl"], r["precision"]) for r in rows] == [
+        ("4096^3", "gc_gemm", "fp32"), ("b128 fwd  h1 = x @ W1", "gc_gemm+bias_relu", "tf32")]
+    assert rows[0]["step_s"] == pytest.approx(3e-3) and rows[0]["peer_over_gc"] == pytest.approx(0.9)
+    assert "45.8 TFLOP/s" in rows[0]["note"] and rows[1]["peer_over_gc"] == pytest.approx(1.25)
+    checks = bench.run.gemm_targets(GEMM_RESULT["summary"])
+    assert [(c["value"], c["ok"]) for c in checks] == [(pytest.approx(90), True), (pytest.approx(0.95), False)]
+    ordered = bench.run.sort_rows(rows + fake_rows())
+    assert [r["section"] for r in ordered] == ["mnist"] * 4 + ["gemm"] * 3
+    assert [r["impl"] for r in ordered[:4]] == ["gcompile", "gcompile", "jax-scan", "torch-eager"]
+    assert "| 3000 " in report.format_table(ordered)
+
+
+def test_command_line_checks_sections():
+    args = bench.run.parse_args(["--quick", "--only", "mnist,eltwise", "--device", "cpu"])
+    assert args.only == ["mnist", "eltwise"] and args.quick and args.batches == [128, 1000]
+    with pytest.raises(SystemExit):
+        bench.run.parse_args(["--only", "nonsense"])
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from bench.plot import plot
+    results = {"meta": {"gpu": "fake", "commit": "abc", "date": "2026-11-22"}, "rows": fake_rows()}
+    path = plot(results, tmp_path / "chart.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+FAKE_BINARY = """#!{python}
+import json, sys
+args = sys.argv[1:]
+if args == ["--help"]:
+    print("usage: ... [--target-acc X]")
+    sys.exit(0)
+log = args[args.index("--log") + 1]
+assert args[:1] == ["train"] and args[args.index("--target-acc") + 1] == "0.97"
+print("training fake: 50000 examples, batch 128, 390 steps per epoch, cuda", flush=True)
+with open(log, "a") as f:
+    for epoch, acc in ((1, 0.95), (2, 0.975)):
+        print(f"epoch {{epoch}}/30  loss 0.2 (mean 0.3)  val_acc {{acc:.4f}}  2496000 examples/s  0.030 s", flush=True)
+        f.write(json.dumps({{"epoch": epoch, "val_acc": acc, "examples_per_s": 2496000.0, "seconds": 0.03}}) + "\\n")
+    f.write(json.dumps({{"target_acc": 0.97, "epoch": 2, "train_seconds": 0.04, "since_start_seconds": 0.5}}) + "\\n")
+print("target val_acc 0.9700 reached at epoch 2", flush=True)
+"""
+
+
+def test_binary_run_reads_epoch_lines_and_the_log(tmp_path):
+    binary = tmp_path / "fake"
+    binary.write_text(FAKE_BINARY.format(python=sys.executable))
+    binary.chmod(0o755)
+    artifact = type("Artifact", (), {"binary": str(binary), "out_dir": str(tmp_path)})
+    run = bench.gc_side.run_binary(artifact, str(tmp_path), 30, 128, 50000, 0.97, timeout=60)
+    assert [e["epoch"] for e in run["epochs"]] == [1, 2] and run["target_line"]["epoch"] == 2
+    assert run["epochs"][0]["train_s"] == pytest.approx(390 * 128 / 2496000.0)
+    assert "--target-acc" in run["command"]
+    fields = bench.gc_side.accuracy_fields(run, 0.97)
+    assert fields["tta_epochs"] == 2 and fields["tta_s"] == 0.04 and 0 < fields["start_to_target_s"] < 60
+
+
+def test_targets_are_checked_on_the_rows_of_the_run():
+    checks = {c["label"]: c for c in report.check_targets(fake_rows())}
+    assert checks["MLP step, batch 128, fp32"]["ok"] and checks["MLP step, batch 128, fp32"]["value"] == 10
+    assert checks["MLP b128: JAX scan fp32 / gcompile"]["value"] == pytest.approx(4.0)
+    assert checks["MLP time to 97% (training loop)"]["value"] == pytest.approx(30.0)
+    assert checks["MLP process start to 97% printed"]["ok"] and checks["MLP compile, cold"]["ok"]
+    assert "MLP step, batch 1000, fp32" not in checks  # no gcompile row at batch 1000
+    text = report.format_targets(list(checks.values()))
+    assert "ok   MLP step, batch 128, fp32: 10 us (target <= 15 us)" in text
+    bandwidth = report.row("eltwise", "eltwise 256MB", None, "gcompile", precision="fp32", step_s=1e-4,
+                           fraction_of_copy=0.8)
+    check = report.check_targets([bandwidth])[0]
+    assert check["label"] == "fused elementwise, of copy bandwidth" and check["value"] == 80 and not check["ok"]
+    slow = [dict(r, step_s=r["step_s"] * 20) if r["impl"] == "gcompile" else r for r in fake_rows()]
+    assert not {c["label"]: c for c in report.check_targets(slow)}["MLP step, batch 128, fp32"]["ok"]

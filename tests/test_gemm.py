@@ -1,0 +1,220 @@
+"""gc_gemm against float64 numpy on both targets (the cuda one on a GPU machine): every transpose case, odd
+shapes, static shapes the tiles divide, split-K, batches with strides and gaps, unaligned pointers, an
+epilogue, fp32 and tf32 tiles, float64; a launch that contradicts its tile's static shape is refused.
+Also: the tile heuristic's choices, and an nvcc compile (no GPU needed) of every catalogue tile."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gcompile.build import compile_flags
+from gcompile.errors import GCompileError
+from gcompile.gemm_tiles import TILES, calibration, candidates, choose_tile, cost, tile_by_name
+from gcompile.resources import package_dir
+import gemm_harness as H
+
+TARGETS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def mlp_gemms(batch):
+    """(m, n, k, trans_a, trans_b) of every GEMM in a training step of the 784-256-100-10 MLP."""
+    return [(batch, 256, 784, False, False), (batch, 100, 256, False, False), (batch, 10, 100, False, False),
+            (100, 10, batch, True, False), (batch, 100, 10, False, True), (256, 100, batch, True, False),
+            (batch, 256, 100, False, True), (784, 256, batch, True, False)]
+
+
+def cases() -> list[H.Case]:
+    C = H.Case
+    out = []
+    for ta in (False, True):
+        for tb in (False, True):
+            out += [
+                C("float32", ta, tb, "gc_tile<32, 32, 16, 4, 4, 0>", 37, 53, 29),           # any shape, odd sizes
+                C("float32", ta, tb, choose_tile(70, 45, 300, ta, tb, "fp32"), 70, 45, 300, ep=True),
+                C("float32", ta, tb, "gc_tile<64, 64, 16, 4, 4, 0, 4, 128, 64, 1024>", 128, 64, 1024),  # no checks
+                C("float32", ta, tb, "gc_tile<64, 64, 16, 32, 32, 1>", 37, 53, 29, tf32=True),
+                C("float32", ta, tb, "gc_tile<64, 32, 16, 32, 16, 1, 4, 100, 36, 1000>", 100, 36, 1000,
+                  ep=True, tf32=True),
+            ]
+    out += [
+        # batches: strides with gaps (C's gaps must stay untouched) and no multiple of 4 (scalar loads)
+        C("float32", False, True, "gc_tile<32, 32, 16, 4, 4, 0>", 33, 20, 17, batch=3, sa=33 * 17 + 3,
+          sb=20 * 17, sc=33 * 20 + 4, ep=True),
+        C("float32", True, False, choose_tile(64, 48, 40, True, False, "tf32", 4), 64, 48, 40, batch=4, tf32=True),
+        C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 2>", 40, 24, 100, batch=2, sc=40 * 24 + 8),
+        # A one element past an aligned address: scalar loads
+        C("float32", False, False, "gc_tile<64, 64, 16, 8, 4, 0>", 64, 64, 64, shift=1),
+        C("float32", True, True, "gc_tile<64, 64, 16, 8, 4, 0>", 64, 64, 64, shift=1),
+        # the big tiles, with overhangs
+        C("float32", False, False, "gc_tile<128, 128, 8, 8, 8, 0>", 300, 260, 70, ep=True),
+        C("float32", True, True, "gc_tile<128, 128, 16, 64, 32, 1>", 300, 260, 70, tf32=True),
+        # K = 0: every output is ep(0)
+        C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0>", 5, 7, 0, ep=True),
+        # double
+        C("float64", True, False, "gc_tile<64, 64, 16, 4, 4, 0, 2>", 45, 38, 77, ep=True),
+        C("float64", False, True, "gc_tile<32, 32, 16, 4, 4, 0>", 45, 38, 77, batch=2),
+        # a launch whose shape is not the tile's static shape is refused
+        C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 64, 64, 64>", 65, 64, 64,
+          expect_error="specialized for"),
+    ]
+    for precision in ("fp32", "tf32"):   # the MLP's GEMMs with the tiles the heuristic gives them
+        for m, n, k, ta, tb in mlp_gemms(128) + [(1000, 256, 784, False, False), (784, 256, 1000, True, False)]:
+            out.append(C("float32", ta, tb, choose_tile(m, n, k, ta, tb, precision), m, n, k,
+                         ep=not ta, tf32=precision == "tf32"))
+    return out
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gemm_matches_numpy(target, tmp_path):
+    if target == "cuda" and not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    all_cases = cases()
+    exe = H.build(all_cases, target, tmp_path, parts=2 if target == "cpu" else 8)
+    rng = np.random.default_rng(7)
+    data = []
+    for i, case in enumerate(all_cases):
+        a, b, bias, c = H.operands(case, rng)
+        for name, x in (("a", a), ("b", b), ("bias", bias), ("c", c)):
+            x.tofile(tmp_path / f"{name}{i}.bin")
+        data.append((a, b, bias, c))
+    proc = subprocess.run([str(exe), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rcs = dict(re.findall(r"^case (\d+) rc (\d+)$", proc.stdout, re.M))
+    for i, (case, (a, b, bias, c0)) in enumerate(zip(all_cases, data)):
+        what = f"case {i}: {case}"
+        if case.expect_error:
+            assert rcs[str(i)] != "0" and case.expect_error in proc.stdout, what
+            continue
+        assert rcs[str(i)] == "0", f"{what}\n{proc.stdout}"
+        got = np.fromfile(tmp_path / f"out{i}.bin", dtype=case.dtype)
+        sc = case.strides()[2]
+        written = np.zeros(got.size, bool)
+        rel_errors = []
+        for j, (want, scale) in enumerate(H.reference(case, a, b, bias)):
+            block = got[j * sc:j * sc + case.m * case.n].reshape(case.m, case.n).astype(np.float64)
+            written[j * sc:j * sc + case.m * case.n] = True
+            bound = H.tolerance(case) * scale + 4 * np.finfo(case.dtype).eps * (np.abs(want) + 4 + j)
+            bad = ~(np.abs(block - want) <= bound)     # NaN (an unwritten output) is bad too
+            assert not bad.any(), (f"{what}: {bad.sum()} of {bad.size} outputs off, e.g. at {np.argwhere(bad)[0]}: "
+                                   f"{block[bad][0]} vs {want[bad][0]} (bound {bound[bad][0]:.3g})")
+            rel_errors.append(np.linalg.norm(block - want) / max(np.linalg.norm(want), 1e-30))
+        assert np.isnan(got[~written]).all(), f"{what}: wrote outside C's matrices"
+        # the documented norm-wise tolerance: fp32 1e-5, tf32 2e-3 (typically ~3e-4)
+        assert max(rel_errors) <= (2e-3 if case.tf32 else 1e-5), f"{what}: relative error {max(rel_errors):.3g}"
+
+
+def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
+    big = choose_tile(4096, 4096, 4096, False, False, "fp32")
+    assert big.startswith("gc_tile<128, 128, 8, 8, 8, 0, 1, 4096, 4096, 4096>")
+    assert choose_tile(4096, 4096, 4096, False, False, "tf32").startswith("gc_tile<128, 128, 16, 64, 32, 1, 1,")
+    for batch in (128, 1000):
+        for m, n, k, ta, tb in mlp_gemms(batch):
+            for precision in ("fp32", "tf32"):
+                bm, bn, _, _, _, tf32, split, sm, sn, sk = map(int, re.findall(r"\d+", choose_tile(
+                    m, n, k, ta, tb, precision)))
+                assert (sm, sn, sk) == (m, n, k) and tf32 == (precision == "tf32")
+                blocks = -(-m // bm) * -(-n // bn) * split
+                # small problems: enough blocks to spread over many SMs, unless the work is tiny
+                assert blocks >= 32 or m * n * k < 2e6, (m, n, k, precision, bm, bn, split)
+
+
+def test_calibration_is_consistent():
+    """Every measured tile is a catalogue tile with a split it supports, choose_tile returns it for its
+    shape, and every catalogue tile has the cost model's constants."""
+    data = calibration()
+    assert data["measured"] and data["gpu"] and data["commit"]
+    for e in data["measured"]:
+        tile = tile_by_name(e["tile"])
+        assert tile in TILES[e["precision"]] and e["split"] in tile.splits()
+        assert choose_tile(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"], e["batch"]) == \
+            tile.c_type(e["split"], e["m"], e["n"], e["k"])
+    for tiles in TILES.values():
+        for tile in tiles:
+            assert len(data["model"]["tiles"][tile.name]) == 2
+            assert cost(tile, 1, 1000, 1000, 1000) > 0
+    # a shape the sweep did not measure goes through the model
+    assert choose_tile(3000, 70, 200, False, True, "fp32") == candidates(3000, 70, 200, "fp32")[0][1].c_type(
+        candidates(3000, 70, 200, "fp32")[0][2], 3000, 70, 200)
+
+
+def test_choose_tile_errors_and_candidates():
+    with pytest.raises(GCompileError, match="precision"):
+        choose_tile(8, 8, 8, False, False, "fp16")
+    with pytest.raises(GCompileError, match="negative"):
+        choose_tile(-1, 8, 8, False, False, "fp32")
+    # every candidate is a catalogue tile with a split it supports, and splits keep two K steps each
+    for c, tile, split in candidates(784, 256, 1000, "fp32"):
+        assert tile in TILES["fp32"] and split in tile.splits() and 1000 >= 2 * split * tile.bk
+
+
+def test_every_tile_compiles_with_nvcc(tmp_path):
+    """Compile-only: each catalogue tile, in all four transpose cases and with each split it supports, for a
+    static shape that no tile divides (all bounds checks present), spills at most 16 bytes of registers
+    (the 128 x 128 tf32 tile does, by 8 to 16 bytes, with every bounds check in; more would be slow)."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    lines = ['#include "gc_runtime.h"', '#include "gc_gemm.h"', '#include "gc_gemm_cuda.cuh"',
+             "int instantiate(const float* a, const float* b, float* c) {"]
+    for precision, tiles in TILES.items():
+        for tile in tiles:
+            variants = [(ta, tb, 1) for ta in (False, True) for tb in (False, True)]
+            variants += [(True, False, s) for s in tile.splits() if s > 1]
+            for ta, tb, split in variants:
+                lines.append(f"    GC_TRY((gc_gemm<float, {str(ta).lower()}, {str(tb).lower()}, "
+                             f"{tile.c_type(split, 1000, 999, 777)}>(a, b, c, 1000, 999, 777, gc_ep_store{{}})));")
+    lines.append("    return GC_OK;\n}")
+    src = tmp_path / "tiles.cu"
+    src.write_text("\n".join(lines))
+    compiler, flags, _ = compile_flags("cuda", "sm_90")
+    proc = subprocess.run([compiler, *flags, "-Xptxas", "-v", "-I", str(package_dir("runtime")), "-c", str(src),
+                           "-o", str(tmp_path / "tiles.o")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", proc.stderr)]
+    assert len(spills) >= sum(len(t) for t in TILES.values()) * 4 and max(spills) <= 16, \
+        [line for line in proc.stderr.splitlines() if "spill" in line and " 0 bytes spill stores" not in line]
+
+
+def matmul_program():
+    import gcompile as gc
+    x = gc.placeholder("x", (40, 30))
+    w = gc.variable("w", init=np.random.default_rng(1).normal(size=(30, 20)).astype(np.float32))
+    return [gc.relu(x @ w)], x, w
+
+
+def test_precision_is_a_compile_setting(tmp_path):
+    """precision reaches the tiles (tf32 ones only with "tf32"), the manifest and the build fingerprint;
+    the cpu target computes the same either way."""
+    import json
+
+    import gcompile as gc
+    from gcompile.loader import load
+    outputs, x, w = matmul_program()
+    tf32_tile = re.compile(r"gc_tile<\d+, \d+, \d+, \d+, \d+, 1, ")
+    results = {}
+    for precision in ("fp32", "tf32"):
+        artifact = gc.compile(outputs, target="cpu", out_dir=tmp_path / "m", name="m", precision=precision)
+        assert not artifact.cached                      # same folder, other precision: rebuilt
+        assert json.loads(open(artifact.manifest).read())["precision"] == precision
+        assert bool(tf32_tile.search(open(artifact.source).read())) == (precision == "tf32")
+        xv = np.random.default_rng(2).normal(size=(40, 30)).astype(np.float32)
+        results[precision] = load(artifact).forward(xv)
+    for a, b in zip(results["fp32"].values(), results["tf32"].values()):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(GCompileError, match="precision"):
+        gc.compile(outputs, target="cpu", out_dir=tmp_path / "bad", precision="bf16")
+    with pytest.raises(GCompileError, match="precision"):
+        gc.Executor(outputs, target="cpu", precision="fp16")
+
+
+def test_cli_precision_flag(capsys):
+    from gcompile.cli import main
+    example = Path(__file__).resolve().parent.parent / "examples" / "mnist_logreg.py"
+    assert main(["inspect", str(example), "--target", "cpu", "--precision", "tf32", "--after", "emit"]) == 0
+    assert re.search(r"gc_tile<\d+, \d+, \d+, \d+, \d+, 1, ", capsys.readouterr().out)
+    with pytest.raises(SystemExit):
+        main(["inspect", str(example), "--precision", "bf16"])
