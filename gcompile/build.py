@@ -8,6 +8,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -20,7 +21,7 @@ from .checkpoint import Checkpoint, write_checkpoint
 from .errors import BuildError
 from .resources import package_dir
 
-DEFAULT_CUDA_ARCH = "sm_90"
+DEFAULT_CUDA_ARCH = "sm_90,compute_90"  # without a GPU to ask: sm_90 machine code plus PTX
 SUFFIX = {"cuda": ".cu", "cpu": ".cpp"}
 
 
@@ -63,19 +64,41 @@ def detect_arch() -> str | None:
     return "sm_" + caps[0].replace(".", "") if out.returncode == 0 and caps else None
 
 
-def compile_flags(target: str, arch: str | None, cudart: str = "static") -> tuple[str, list[str], list[str]]:
+def gencode_flags(arch: str) -> list[str]:
+    """nvcc -gencode flags for `arch`: a comma-separated list of sm_XY (machine code for that architecture)
+    and compute_XY (PTX for it, which the driver compiles for newer GPUs), e.g. "sm_80,sm_90,compute_90".
+    What the list names is what the binary holds: "sm_80" alone cannot run on an sm_90 GPU."""
+    flags = []
+    for item in arch.split(","):
+        kind, _, number = item.strip().partition("_")
+        if kind not in ("sm", "compute") or not re.fullmatch(r"\d{2,3}[a-z]?", number):
+            raise BuildError(f"arch {arch!r}: {item.strip()!r} is not sm_XY or compute_XY (e.g. sm_90, "
+                             "sm_80,compute_80)")
+        flags.append(f"-gencode=arch=compute_{number},code={kind}_{number}")
+    return flags
+
+
+def compile_flags(target: str, arch: str | None, cudart: str = "static",
+                  sanitize: bool = False) -> tuple[str, list[str], list[str]]:
     """(compiler, compile flags, link flags). cudart="shared" links the CUDA runtime dynamically (so a
-    preloaded library can observe its calls); the default static runtime makes a self-contained binary."""
+    preloaded library can observe its calls); the default static runtime makes a self-contained binary.
+    sanitize=True builds the cpu target under AddressSanitizer and UndefinedBehaviorSanitizer, every report
+    fatal (for the cuda target, run compute-sanitizer on a normal build instead)."""
     if target == "cuda":
-        arch = arch or detect_arch() or DEFAULT_CUDA_ARCH
-        number = arch.removeprefix("sm_")
-        gencode = [f"-gencode=arch=compute_{number},code=[sm_{number},compute_{number}]"]
+        if sanitize:
+            raise BuildError("sanitize=True builds the cpu target under AddressSanitizer/UBSan; for the cuda target "
+                             "run compute-sanitizer (memcheck, racecheck) on a normal build")
+        gencode = gencode_flags(arch or detect_arch() or DEFAULT_CUDA_ARCH)
         if cudart not in ("static", "shared"):
             raise BuildError(f"cudart must be 'static' or 'shared', not {cudart!r}")
         # kernel launches go to the per-thread default stream: the runtime captures them into CUDA graphs
         return "nvcc", ["-O3", "-std=c++17", *gencode, "--default-stream", "per-thread",
                         "-Xcompiler", "-fPIC,-fvisibility=hidden"], [*gencode, f"-cudart={cudart}"]
     compiler = os.environ.get("CXX", "c++")
+    if sanitize:
+        checks = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+        return compiler, ["-O1", "-g", "-fno-omit-frame-pointer", *checks, "-std=c++17", "-fopenmp", "-fPIC",
+                          "-fvisibility=hidden"], ["-fopenmp", *checks]
     return compiler, ["-O3", "-std=c++17", "-fopenmp", "-fPIC", "-fvisibility=hidden"], ["-fopenmp"]
 
 
@@ -124,12 +147,13 @@ def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
     return artifact
 
 
-def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", program_key: str = "") -> Artifact:
+def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", program_key: str = "",
+          sanitize: bool = False) -> Artifact:
     start = time.perf_counter()
     module, target = compiled.module, compiled.target
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    compiler, flags, link_flags = compile_flags(target, arch, cudart)
+    compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
     version = compiler_version(compiler)
 
     source = out / f"{module.name}{SUFFIX[target]}"
@@ -154,7 +178,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     artifact = Artifact(module.name, target, str(out), str(source), str(binary), str(library),
                         str(out / f"{module.name}.json"), str(init), cached, time.perf_counter() - start)
     manifest = dict(module.manifest, target=target, artifact=asdict(artifact),
-                    compiler=[compiler, *flags], arena_bytes=compiled.plan.arena_bytes,
+                    compiler=[compiler, *flags], sanitize=sanitize, arena_bytes=compiled.plan.arena_bytes,
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes)
     write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
     if program_key:

@@ -1,14 +1,19 @@
 """The checkpoint format, read and written from Python (runtime/gc_checkpoint.h is the C side).
 
-    magic "GCKPT\\0\\0\\0" | u32 version | u32 tensor count | u64 layout hash | u64 step | u64 epoch | u64 rng
+    magic "GCKPT\\0\\0\\0" | u32 version | u32 tensor count | u64 layout hash
+    u64 step | u64 epoch | u64 epoch step | u64 seed | u64 shuffle | f64 loss sum     (the trainer's position)
     per tensor: u16 name length | name | u8 dtype | u8 ndim | u64 dims[ndim] | u64 byte count | bytes
     u32 CRC-32 (zlib's) of everything before it             (little endian)
 
-`read_checkpoint` returns the parameters as numpy arrays without any compiled program; `write_checkpoint`
-writes atomically (temporary file in the same directory, fsync, rename).
+A checkpoint holds every variable of its program (parameters, optimizer state, learning rate, the step
+counter, the guard's state). `read_checkpoint` (public as `gc.read_checkpoint`) returns them as numpy
+arrays without any compiled program, and checks the file as strictly as the C loader: a bad file raises
+DataError naming the file, the byte and the problem. `write_checkpoint` writes atomically (temporary file
+in the same directory, fsync, rename), so an existing checkpoint is never replaced by a partial one.
 """
 from __future__ import annotations
 
+import math
 import os
 import struct
 import tempfile
@@ -20,14 +25,15 @@ import numpy as np
 from .errors import DataError
 
 MAGIC = b"GCKPT\0\0\0"
-VERSION = 1
+VERSION = 2
+HEADER = struct.Struct("<8sIIQQQQQQd")  # magic .. loss sum: 72 bytes
 DTYPES = {0: "uint8", 1: "int32", 2: "float32", 3: "int64", 4: "float64"}
 CODES = {v: k for k, v in DTYPES.items()}
 FNV_SEED, FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
 
 
 def fnv1a(data: bytes, h: int = FNV_SEED) -> int:
-    """FNV-1a 64, as the C runtime's gc_fnv1a (used for the short layout-hash text only)."""
+    """FNV-1a 64 of `data` (the layout hash the generated program embeds as GC_LAYOUT_HASH)."""
     for byte in data:
         h = ((h ^ byte) * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
     return h
@@ -35,25 +41,34 @@ def fnv1a(data: bytes, h: int = FNV_SEED) -> int:
 
 def layout_hash(variables) -> int:
     """Identifies a program's variable layout: names, dtypes and shapes, sorted by name."""
-    text = "".join(f"{v.name}:{v.dtype}:{','.join(map(str, v.shape))};" for v in sorted(variables, key=lambda v: v.name))
+    ordered = sorted(variables, key=lambda v: v.name)
+    text = "".join(f"{v.name}:{v.dtype}:{','.join(map(str, v.shape))};" for v in ordered)
     return fnv1a(text.encode())
 
 
 @dataclass
 class Checkpoint:
+    """tensors: every variable by name. step: training steps run in all; epoch: epochs finished; epoch_step:
+    steps into the next epoch; seed, shuffle: the data order; loss_sum: the epoch's losses so far."""
     tensors: dict[str, np.ndarray]
     layout_hash: int
     step: int = 0
     epoch: int = 0
-    rng: int = 0
+    epoch_step: int = 0
+    seed: int = 0
+    shuffle: bool = True
+    loss_sum: float = 0.0
     path: str = field(default="")
 
 
 def encode(ckpt: Checkpoint) -> bytes:
-    parts = [MAGIC, struct.pack("<II", VERSION, len(ckpt.tensors)),
-             struct.pack("<QQQQ", ckpt.layout_hash, ckpt.step, ckpt.epoch, ckpt.rng)]
+    parts = [HEADER.pack(MAGIC, VERSION, len(ckpt.tensors), ckpt.layout_hash, ckpt.step, ckpt.epoch,
+                         ckpt.epoch_step, ckpt.seed, int(ckpt.shuffle), ckpt.loss_sum)]
     for name, arr in ckpt.tensors.items():
         arr = np.asarray(arr, order="C")
+        if arr.dtype.name not in CODES:
+            raise DataError(f"checkpoint: cannot store {arr.dtype.name} (tensor {name!r}); checkpoints hold "
+                            f"{', '.join(CODES)}")
         raw = name.encode()
         parts += [struct.pack("<H", len(raw)), raw, struct.pack("<BB", CODES[arr.dtype.name], arr.ndim),
                   struct.pack(f"<{arr.ndim}Q", *arr.shape), struct.pack("<Q", arr.nbytes), arr.tobytes()]
@@ -78,23 +93,28 @@ def write_checkpoint(path, ckpt: Checkpoint) -> None:
 
 
 def read_checkpoint(path) -> Checkpoint:
+    """Every tensor of a checkpoint file as numpy arrays, with the trainer's position; no compiled program
+    needed. Raises DataError for anything but a complete, uncorrupted checkpoint of this format version."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise DataError(f"{path}: cannot read checkpoint: {e.strerror}") from None
-    if len(data) < 52:
-        raise DataError(f"{path}: {len(data)} bytes is too short for a checkpoint")
+    return decode(data, str(path))
+
+
+def decode(data: bytes, path: str = "<bytes>") -> Checkpoint:
     if data[:8] != MAGIC:
         raise DataError(f"{path}: bytes 0-7: not a gcompile checkpoint")
+    if len(data) < 16:
+        raise DataError(f"{path}: {len(data)} bytes is too short for a checkpoint")
     (stored,) = struct.unpack_from("<I", data, len(data) - 4)
     if zlib.crc32(memoryview(data)[:-4]) != stored:
-        raise DataError(f"{path}: checksum mismatch (corrupted or truncated file)")
-    version, count = struct.unpack_from("<II", data, 8)
+        raise DataError(f"{path}: checksum mismatch over its {len(data)} bytes (corrupted or truncated file)")
+    (version,) = struct.unpack_from("<I", data, 8)
     if version != VERSION:
         raise DataError(f"{path}: checkpoint format version {version}, this gcompile reads version {VERSION}")
-    lhash, step, epoch, rng = struct.unpack_from("<QQQQ", data, 16)
-    at, end, tensors = 48, len(data) - 4, {}
+    at, end, tensors = 0, len(data) - 4, {}
 
     def take(fmt, what):
         nonlocal at
@@ -105,17 +125,26 @@ def read_checkpoint(path) -> Checkpoint:
         at += size
         return values
 
+    _, _, count, lhash, step, epoch, epoch_step, seed, shuffle, loss_sum = take(HEADER.format, "header")
     for _ in range(count):
+        start = at
         (length,) = take("<H", "name length")
         name = bytes(take(f"<{length}s", "name")[0]).decode(errors="replace")
         code, ndim = take("<BB", "dtype")
-        if code not in DTYPES:
-            raise DataError(f"{path}: tensor {name}: unknown dtype code {code} at byte {at - 2}")
         dims = take(f"<{ndim}Q", "dims")
         (nbytes,) = take("<Q", "byte count")
+        if code not in DTYPES:
+            raise DataError(f"{path}: byte {start}: tensor {name!r}: unknown dtype code {code}")
+        if name in tensors:
+            raise DataError(f"{path}: byte {start}: tensor {name!r} appears twice")
         dtype = np.dtype(DTYPES[code])
-        if nbytes != int(np.prod(dims, dtype=np.int64)) * dtype.itemsize or at + nbytes > end:
-            raise DataError(f"{path}: tensor {name}: byte count {nbytes} does not match its shape {dims} or the file")
+        if nbytes != math.prod(dims) * dtype.itemsize:
+            raise DataError(f"{path}: byte {start}: tensor {name!r}: byte count {nbytes} does not match its shape "
+                            f"{dims} of {dtype.name}")
+        if nbytes > end - at:
+            raise DataError(f"{path}: tensor {name!r} truncated at byte {at}")
         tensors[name] = np.frombuffer(data, dtype=dtype, count=nbytes // dtype.itemsize, offset=at).reshape(dims).copy()
         at += nbytes
-    return Checkpoint(tensors, lhash, step, epoch, rng, str(path))
+    if at != end:
+        raise DataError(f"{path}: {end - at} unexpected bytes after the last tensor at byte {at}")
+    return Checkpoint(tensors, lhash, step, epoch, epoch_step, seed, bool(shuffle), loss_sum, path)

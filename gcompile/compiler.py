@@ -19,17 +19,19 @@ TARGETS = ("cuda", "cpu")
 
 def compile(program, target: str = "cuda", out_dir=None, name: str | None = None, arch: str | None = None,
             source: str = "<python>", cudart: str = "static",
-            precision: str = "fp32") -> Artifact:  # noqa: A001 - the public name in the design
+            precision: str = "fp32", sanitize: bool = False) -> Artifact:  # noqa: A001 - the design's name
     """Compile a gc.Program (or a list of nodes) into out_dir: the .cu/.cpp source, a standalone binary,
     a shared library, the initial parameters and a JSON manifest. precision="tf32" lets float32 GEMMs use
-    tf32 tensor cores (cuda; the cpu target computes them in fp32 with double sums either way)."""
+    tf32 tensor cores (cuda; the cpu target computes them in fp32 with double sums either way). `arch`
+    (cuda): e.g. "sm_90" or "sm_80,sm_90,compute_90" (see build.gencode_flags). sanitize=True (cpu): an
+    AddressSanitizer/UBSan build."""
     if target not in TARGETS:
         raise GCompileError(f"compile: unknown target {target!r}; expected one of {TARGETS}")
     check_precision(precision)
     name = name or getattr(program, "name", None) or "model"
     if not name.isidentifier():
         raise GCompileError(f"compile: program name {name!r} must be a C identifier")
-    compiler, flags, link_flags = compile_flags(target, arch, cudart)
+    compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
     out_dir = out_dir or Path("build") / name
     key = fingerprint(program, [compiler, *flags, *link_flags, compiler_version(compiler), name, source,
                                 f"precision={precision}"])
@@ -39,7 +41,7 @@ def compile(program, target: str = "cuda", out_dir=None, name: str | None = None
     from .pipeline import compile_program  # the passes load networkx and jinja2: only when compiling
     compiled = compile_program(program, target, name, source, build_command=" ".join([compiler, *flags]),
                                precision=precision)
-    return build(compiled, out_dir, arch, cudart, program_key=key)
+    return build(compiled, out_dir, arch, cudart, program_key=key, sanitize=sanitize)
 
 
 def fingerprint(program, settings) -> str:

@@ -29,21 +29,22 @@ def leaves_of(order: Iterable[Node], op: str) -> list[Node]:
     return list(found.values())
 
 
-def check_feed(name: str, shape: tuple, dtype: str, value, as_dtype: str | None = None) -> np.ndarray:
+def check_feed(name: str, shape: tuple, dtype: str, value, as_dtype: str | None = None,
+               what: str = "feed for placeholder") -> np.ndarray:
     """A value fed to placeholder `name` as a C-contiguous array of its shape and dtype (`as_dtype` may widen
     float32 to float64). Floats accept any real array; integer placeholders accept integers in range."""
     arr = np.asarray(value)
     if arr.shape != tuple(shape):
-        raise GCompileError(f"feed for placeholder {name!r}: expected shape {tuple(shape)}, got {arr.shape}")
+        raise GCompileError(f"{what} {name!r}: expected shape {tuple(shape)}, got {arr.shape}")
     if dtype in G.FLOAT_DTYPES:
         if arr.dtype.kind not in "fiu":
-            raise GCompileError(f"feed for placeholder {name!r}: expected {dtype}, got {arr.dtype}")
+            raise GCompileError(f"{what} {name!r}: expected {dtype}, got {arr.dtype}")
     else:
         if arr.dtype.kind not in "iu":
-            raise GCompileError(f"feed for placeholder {name!r}: expected integers ({dtype}), got {arr.dtype}")
+            raise GCompileError(f"{what} {name!r}: expected integers ({dtype}), got {arr.dtype}")
         info = np.iinfo(dtype)
         if arr.size and (arr.min() < info.min or arr.max() > info.max):
-            raise GCompileError(f"feed for placeholder {name!r}: values outside the range of {dtype}")
+            raise GCompileError(f"{what} {name!r}: values outside the range of {dtype}")
     return np.asarray(arr, dtype=as_dtype or dtype, order="C")
 
 

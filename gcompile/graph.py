@@ -18,6 +18,7 @@ import numpy as np
 from .errors import ShapeError
 
 DTYPES = ("float32", "float64", "int32", "uint8")
+MAX_NDIM = 8   # the generated tables (and the data and checkpoint readers) hold at most 8 dimensions
 FLOAT_DTYPES = ("float32", "float64")
 
 _ids = itertools.count()
@@ -46,6 +47,9 @@ class Node:
         self.name = name or f"{op}_{self.id}"
         self.shape, self.dtype = get_op(op).infer(self)
         self.shape = tuple(int(d) for d in self.shape)
+        if len(self.shape) > MAX_NDIM:
+            raise ShapeError(f"{op}: {self.name} would have {len(self.shape)} dimensions {self.shape}; gcompile "
+                             f"supports at most {MAX_NDIM}")
 
     # --- convenience --------------------------------------------------------------------------
     @property
@@ -167,8 +171,19 @@ def sin(x): return Node("sin", (x,))
 def sigmoid(x): return Node("sigmoid", (x,))
 def relu(x): return Node("relu", (x,))
 def relu_grad(x, g): return Node("relu_grad", (x, g))
+def isfinite(x): return Node("isfinite", (x,))
 def zeros_like(x): return Node("zeros_like", (x,))
 def ones_like(x): return Node("ones_like", (x,))
+
+
+def where(cond, a, b):
+    """a where cond is nonzero, else b (broadcasting all three); a Python number adopts the other's dtype."""
+    if not isinstance(cond, Node):
+        raise ShapeError(f"where: the condition must be a graph node, got {type(cond).__name__}")
+    if not isinstance(a, Node) and not isinstance(b, Node):
+        raise ShapeError("where: at least one of the two values must be a graph node")
+    a = as_node(a, like=b if isinstance(b, Node) else None)
+    return Node("where", (cond, a, as_node(b, like=a)))
 
 
 def pow(x, exponent: float):  # noqa: A001 - mirrors numpy's name

@@ -18,7 +18,7 @@ import cffi
 import numpy as np
 
 from .build import Artifact
-from .errors import GCompileError, RuntimeFailure
+from .errors import DataError, GCompileError, RuntimeFailure
 from .executor import check_feed
 
 CDEF = """
@@ -34,6 +34,7 @@ int gc_set_variable(gc_model* m, const char* name, const void* src, size_t nbyte
 int gc_save(gc_model* m, const char* path);
 int gc_load(gc_model* m, const char* path);
 int gc_time_steps(gc_model* m, int which, int steps, double* seconds);
+int gc_check_file(const char* kind, const char* path);
 """
 ffi = cffi.FFI()
 ffi.cdef(CDEF)
@@ -47,7 +48,11 @@ def copies_dir() -> str:
 
 def open_library(path: str):
     """dlopen a library by content: a rebuilt library at the same path must not return the old handle."""
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    try:
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as e:
+        raise GCompileError(f"{path}: cannot read the compiled library ({e.strerror}); was the build directory "
+                            "moved or deleted? Compile the program again") from None
     if digest not in _libraries:
         copy = os.path.join(copies_dir(), f"{digest}.so")
         if not os.path.exists(copy):
@@ -80,6 +85,10 @@ class Model:
 
     def __init__(self, artifact, initial: bool = True):
         self.manifest = resolve(artifact)
+        if self.manifest.get("sanitize") and not sanitizer_runtime_loaded():
+            raise GCompileError(f"{self.manifest['artifact']['library']}: built with sanitize=True; loading it into "
+                                "a process without AddressSanitizer would abort it. Run its binary, or start Python "
+                                "with LD_PRELOAD=$(c++ -print-file-name=libasan.so)")
         self.lib = open_library(self.manifest["artifact"]["library"])
         self.variables = {v["name"]: v for v in self.manifest["variables"]}
         handle = ffi.new("gc_model**")
@@ -90,7 +99,8 @@ class Model:
 
     def _check(self, rc: int, fn: str) -> None:
         if rc != 0:
-            raise RuntimeFailure(f"{fn}: {ffi.string(self.lib.gc_last_error()).decode(errors='replace')}")
+            message = ffi.string(self.lib.gc_last_error()).decode(errors="replace")
+            raise RuntimeFailure(message if message.startswith(f"{fn}:") else f"{fn}: {message}")
 
     def _live(self):
         if self.handle is None:
@@ -156,10 +166,7 @@ class Model:
         if name not in self.variables:
             raise GCompileError(f"no variable named {name!r}; known: {sorted(self.variables)}")
         v = self.variables[name]
-        arr = np.asarray(value)
-        if arr.shape != tuple(v["shape"]):
-            raise GCompileError(f"variable {name!r}: expected shape {tuple(v['shape'])}, got {arr.shape}")
-        arr = np.asarray(arr, dtype=v["dtype"], order="C")
+        arr = check_feed(name, v["shape"], v["dtype"], value, what="value for variable")
         self._check(self.lib.gc_set_variable(handle, name.encode(), ffi.from_buffer(arr), arr.nbytes),
                     "gc_set_variable")
 
@@ -168,10 +175,21 @@ class Model:
         return {name: self.get(name) for name in self.variables}
 
     def save(self, path) -> None:
-        self._check(self.lib.gc_save(self._live(), os.fsencode(path)), "gc_save")
+        """Write every variable and the trainer's position to a checkpoint, atomically."""
+        self._check(self.lib.gc_save(self._live(), c_path(path)), "gc_save")
 
     def load(self, path) -> None:
-        self._check(self.lib.gc_load(self._live(), os.fsencode(path)), "gc_load")
+        """Load a checkpoint of this program; a bad file raises and leaves the model unchanged."""
+        self._check(self.lib.gc_load(self._live(), c_path(path)), "gc_load")
+
+    def check_file(self, kind: str, path) -> None:
+        """Check a file as the trainer would read it, without loading it: kind "checkpoint" (a checkpoint of
+        this program) or "train" / "valid" / "test" (that split of the dataset in folder `path`, against the
+        program's input shape and classes). Raises DataError with the reader's message."""
+        if kind not in ("checkpoint", "train", "valid", "test"):
+            raise GCompileError(f"check_file: unknown kind {kind!r}; expected checkpoint, train, valid or test")
+        if self.lib.gc_check_file(kind.encode(), c_path(path)) != 0:
+            raise DataError(ffi.string(self.lib.gc_last_error()).decode(errors="replace"))
 
     def close(self) -> None:
         if getattr(self, "handle", None) is not None:
@@ -185,6 +203,26 @@ class Model:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def c_path(path) -> bytes:
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise GCompileError(f"a path must be a str, bytes or os.PathLike, not {type(path).__name__}")
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError as e:
+        raise GCompileError(f"path {path!r} cannot be encoded for the file system: {e.reason}") from None
+    if b"\0" in raw:
+        raise GCompileError(f"path {path!r} contains a NUL byte")
+    return raw
+
+
+def sanitizer_runtime_loaded() -> bool:
+    """Whether AddressSanitizer's runtime is in this process (LD_PRELOAD), which a sanitize=True library needs."""
+    try:
+        return "libasan" in Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
 
 
 def load(artifact, initial: bool = True) -> Model:

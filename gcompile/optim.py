@@ -8,6 +8,9 @@ where `lr` is the base rate variable (the binary's --lr), `step` the program's s
 `total_steps` an int32 variable the binary sets to epochs x steps per epoch before training (from Python,
 set it with `model.set("total_steps", n)`, or give total_steps= to the schedule). numpy, cpu and cuda
 compute the same factor.
+
+`guarded` is the numerical guard gc.Program puts around every optimizer's updates; it runs on the device,
+so a trainer replaying many steps without looking at the loss still never applies a non-finite one.
 """
 from __future__ import annotations
 
@@ -16,6 +19,11 @@ import math
 from . import graph as G
 from .errors import GCompileError
 from .init import Constant
+
+# The guard's variables (int32 scalars, saved in checkpoints like every variable):
+GUARD_SKIP = "guard.skip"                  # 0: a non-finite loss stops every later update; 1: skip that step
+GUARD_NONFINITE = "guard.nonfinite_steps"  # how many steps had a non-finite loss
+GUARD_HALTED_AT = "guard.halted_at"        # -1, or the step (counter value) whose loss stopped the updates
 
 
 class Schedule:
@@ -166,3 +174,32 @@ def make_optimizer(name: str, lr: float, schedule=None, **options):
     if name not in OPTIMIZERS:
         raise GCompileError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}")
     return OPTIMIZERS[name](lr=lr, schedule=schedule, **options)
+
+
+def guard_variable(name: str, value: int):
+    return G.variable(name, (), init=Constant(value), dtype="int32", trainable=False)
+
+
+def guarded(updates, loss, step):
+    """Rewrite each `assign(v, new)` into `assign(v, where(ok, new, v))`: ok when the loss is finite and the
+    guard has not halted.
+
+    A non-finite loss counts in guard.nonfinite_steps; unless guard.skip is 1 it also records its step in
+    guard.halted_at, which holds every later update, so the last finite state stays in place until a host
+    that looks only now and then sees it. No host synchronisation per step, `ok` is known before any update
+    is computed (so an update stays one fusable elementwise pass), and the numpy executor runs the same
+    nodes, so it reproduces the guard exactly. (An update that overflows while the loss is finite is caught
+    when the parameters are saved: checkpoints refuse non-finite values.)"""
+    skip, count, halted_at = (guard_variable(GUARD_SKIP, 0), guard_variable(GUARD_NONFINITE, 0),
+                              guard_variable(GUARD_HALTED_AT, -1))
+    # Every node below reads the loss's finiteness, so the guard joins the loss's kernel and adds none (a
+    # node of the guard's variables alone, such as halted_at == -1, would be a kernel of its own).
+    finite = G.cast(G.isfinite(loss), "int32")
+    bad = 1 - finite
+    ok = G.equal(finite * halted_at, -1)                  # finite and not halted
+    stops = G.equal(bad * halted_at, -1)                  # not finite and not halted ...
+    stops = stops - stops * skip                          # ... and not skipping
+    out = [G.assign(u.inputs[0], G.where(ok, u.inputs[1], u.inputs[0])) for u in updates]
+    out.append(G.assign(count, count + bad))
+    out.append(G.assign(halted_at, G.where(stops, step, halted_at)))
+    return out

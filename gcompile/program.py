@@ -9,6 +9,7 @@ from .errors import GCompileError
 from .executor import leaves_of
 from .graph import Node
 from .modes import specialize
+from .optim import guarded
 
 
 class Program:
@@ -16,10 +17,11 @@ class Program:
     `eval_outputs` the named outputs (for `predict`/`forward`). The batch size is the leading dimension
     every input shares.
 
-    With an optimizer, the step also increments the int32 variable `step` (G.step_counter()). The train step
-    and the outputs are specialized to train and eval mode (gcompile/modes.py): batch norm and dropout behave
-    as in training in `train_outputs` (whose updates include batch norm's running statistics) and as in
-    evaluation in `outputs`."""
+    With an optimizer, the step also increments the int32 variable `step` (G.step_counter(); it counts
+    every step run, skipped ones too) and every update, batch norm's running statistics included, is guarded
+    by the numerical guard (gcompile/optim.py). The train step and the outputs are specialized to train and
+    eval mode (gcompile/modes.py): batch norm and dropout behave as in training in `train_outputs` (whose
+    updates include batch norm's running statistics) and as in evaluation in `outputs`."""
 
     def __init__(self, loss: Node, params: Sequence[Node], optimizer=None,
                  outputs: Mapping[str, Node] | None = None, name: str = "model"):
@@ -35,12 +37,12 @@ class Program:
         unused = [p.name for p, g in zip(self.params, self.grads) if g.op == "zeros_like"]
         if unused:
             raise GCompileError(f"Program: the loss does not depend on parameter(s) {unused}")
-        updates = []
-        if optimizer:
-            step = G.step_counter()
-            updates = optimizer.updates(self.params, self.grads, loss.dtype) + [G.assign(step, step + 1)]
+        updates = optimizer.updates(self.params, self.grads, loss.dtype) if optimizer else []
         train, state_updates = specialize([loss] + updates, "train")
         self.loss, self.updates = train[0], train[1:] + state_updates
+        if optimizer:
+            self.step = G.step_counter()
+            self.updates = guarded(self.updates, self.loss, self.step) + [G.assign(self.step, self.step + 1)]
         names = list(outputs or {})
         self.outputs = dict(zip(names, specialize([outputs[n] for n in names], "eval")[0]))
         order = G.topological_order(self.train_outputs + list(self.outputs.values()))

@@ -1,16 +1,22 @@
 // gc_abi.h — the C ABI of every generated program (the shared library's interface; Python's gc.load uses it).
-// Every entry point checks its arguments and returns a GC_* code; gc_last_error() says what went wrong.
-// Inputs and outputs are host arrays in the order of the tables above, with exactly the sizes listed there.
+// Every entry point checks its arguments and returns a GC_* code; gc_last_error() says what went wrong (per
+// thread). Inputs and outputs are host arrays in the order of the tables above, with exactly the sizes
+// listed there. gc_check_file (in gc_main.h, next to the dataset reader it shares) is part of the ABI too.
+#include <mutex>
 
 #define GC_EXPORT extern "C" __attribute__((visibility("default")))
-#define GC_MODEL_MAGIC 0x6763636Fu
 
 struct gc_model {
-    uint32_t magic;         // GC_MODEL_MAGIC while alive; cleared by gc_destroy
+    gc_model* next;         // in the list of live models
     unsigned char* arena;   // the one device allocation: GC_ARENA_BYTES
-    gc_train_state state;   // steps and epochs done, the shuffle seed
+    gc_train_state state;   // the trainer's position (steps, epochs, data order), saved in checkpoints
     gc_graphs graphs;       // captured CUDA graphs of this model's work, freed by gc_destroy
 };
+
+// The live models. Every entry point finds its handle here before touching it, so a destroyed (or never
+// created) handle is reported as an error instead of being dereferenced.
+static gc_model* gc_live_models = NULL;
+static std::mutex gc_live_lock;
 
 // What a captured graph does (the key of gc_graphs, with a tag and a length).
 enum {
@@ -32,8 +38,10 @@ static int gc_enqueue_eval(void* model, int64_t steps) {
 
 static int gc_check_model(const gc_model* m, const char* fn) {
     if (!m) return gc_fail(GC_ERR_ARG, "%s: model handle is NULL", fn);
-    if (m->magic != GC_MODEL_MAGIC) return gc_fail(GC_ERR_ARG, "%s: model handle is not a live model", fn);
-    return GC_OK;
+    std::lock_guard<std::mutex> hold(gc_live_lock);
+    for (const gc_model* live = gc_live_models; live; live = live->next)
+        if (live == m) return GC_OK;
+    return gc_fail(GC_ERR_ARG, "%s: model handle is not a live model (destroyed, or never created)", fn);
 }
 
 static const gc_tensor_info* gc_find(const gc_tensor_info* table, int n, const char* name) {
@@ -57,8 +65,13 @@ GC_EXPORT const char* gc_last_error(void) { return gc_error_message; }
 GC_EXPORT const char* gc_manifest(void) { return gc_manifest_json; }
 
 GC_EXPORT void gc_destroy(gc_model* m) {
-    if (!m || m->magic != GC_MODEL_MAGIC) return;
-    m->magic = 0;
+    {
+        std::lock_guard<std::mutex> hold(gc_live_lock);
+        gc_model** link = &gc_live_models;
+        while (*link && *link != m) link = &(*link)->next;
+        if (!m || !*link) return;   // NULL, or not a live model: nothing to free
+        *link = m->next;
+    }
     gc_graphs_free(&m->graphs);
     gc_device_free(m->arena);
     free(m);
@@ -67,16 +80,39 @@ GC_EXPORT void gc_destroy(gc_model* m) {
 GC_EXPORT int gc_create(gc_model** out) {
     if (!out) return gc_fail(GC_ERR_ARG, "gc_create: out is NULL");
     *out = NULL;
+    GC_TRY(gc_device_check());
     gc_model* m = (gc_model*)calloc(1, sizeof *m);
     if (!m) return gc_fail(GC_ERR_MEMORY, "gc_create: out of host memory");
-    m->magic = GC_MODEL_MAGIC;
     m->graphs.enabled = gc_graphs_default();
-    int rc = gc_device_alloc((void**)&m->arena, GC_ARENA_BYTES, "arena (" GC_STR(GC_ARENA_BYTES) " bytes)");
+    int rc = gc_device_alloc((void**)&m->arena, GC_ARENA_BYTES, "arena");
     if (rc == GC_OK) rc = gc_device_zero(m->arena, GC_ARENA_BYTES);
     for (int i = 0; rc == GC_OK && i < GC_N_CONSTANTS; i++)
         rc = gc_copy_to_device(m->arena + gc_constants[i].offset, gc_constants[i].data, gc_constants[i].nbytes);
-    if (rc != GC_OK) { gc_destroy(m); return rc; }
+    if (rc != GC_OK) {
+        gc_device_free(m->arena);
+        free(m);
+        return rc;
+    }
+    std::lock_guard<std::mutex> hold(gc_live_lock);
+    m->next = gc_live_models;
+    gc_live_models = m;
     *out = m;
+    return GC_OK;
+}
+
+// ---- the numerical guard (gcompile/optim.py): its state lives in three int32 variables ---------------
+typedef struct { int32_t skip, nonfinite_steps, halted_at; } gc_guard;
+
+static int gc_has_guard(void) { return gc_find(gc_variables, GC_N_VARIABLES, "guard.halted_at") != NULL; }
+
+static int gc_guard_read(gc_model* m, gc_guard* g) {
+    const char* names[3] = {"guard.skip", "guard.nonfinite_steps", "guard.halted_at"};
+    int32_t* values[3] = {&g->skip, &g->nonfinite_steps, &g->halted_at};
+    for (int i = 0; i < 3; i++) {
+        const gc_tensor_info* t = gc_find(gc_variables, GC_N_VARIABLES, names[i]);
+        if (!t) return gc_fail(GC_ERR_ARG, "this program has no numerical guard (it was built without an optimizer)");
+        GC_TRY(gc_copy_to_host(values[i], m->arena + t->offset, sizeof(int32_t)));
+    }
     return GC_OK;
 }
 
@@ -89,7 +125,16 @@ GC_EXPORT int gc_train_step(gc_model* m, const void* const* inputs, int n, doubl
     GC_TRY(gc_copy_to_host(&value, m->arena + GC_LOSS_OFFSET, sizeof value));
     m->state.step++;
     if (loss) *loss = value;
-    return GC_OK;
+    if (!gc_has_guard()) return GC_OK;
+    gc_guard g;
+    GC_TRY(gc_guard_read(m, &g));
+    if (g.halted_at < 0) return GC_OK;
+    if ((uint64_t)g.halted_at + 1 == m->state.step)
+        return gc_fail(GC_ERR_NUMERIC, "gc_train_step: step %d: non-finite loss (%g): its update was not applied, "
+                       "and no later step applies one until guard.halted_at is set back to -1 (set guard.skip to 1 "
+                       "to skip such steps instead)", g.halted_at, value);
+    return gc_fail(GC_ERR_NUMERIC, "gc_train_step: updates are stopped since step %d, whose loss was not finite; "
+                   "set guard.halted_at back to -1 to go on", g.halted_at);
 }
 
 GC_EXPORT int gc_forward(gc_model* m, const void* const* inputs, int n, void* const* outputs, int n_out) {

@@ -1,27 +1,36 @@
 // gc_checkpoint.h — the checkpoint format (the same as gcompile/checkpoint.py reads and writes).
 //
-//   magic "GCKPT\0\0\0" | u32 version | u32 tensor count | u64 layout hash | u64 step | u64 epoch | u64 rng state
+//   magic "GCKPT\0\0\0" | u32 version | u32 tensor count | u64 layout hash
+//   u64 step | u64 epoch | u64 epoch step | u64 seed | u64 shuffle | f64 loss sum      (the trainer's position)
 //   per tensor: u16 name length | name | u8 dtype | u8 ndim | u64 dims[ndim] | u64 byte count | bytes
 //   u32 CRC-32 (zlib's polynomial) of everything before it.   (all integers little endian)
 //
+// The tensors are every variable of the program: parameters, optimizer state, the learning rate, the step
+// counter and the numerical guard's state. The header says where the trainer stands: `step` steps run in
+// all, `epoch` epochs finished, `epoch_step` steps into the next one, the data order's seed and whether it
+// shuffles (an epoch's order is a function of seed and epoch alone), and the sum of the losses of the
+// epoch so far — so a resumed run continues exactly where the saved one was.
+//
 // Written atomically: a temporary file in the same directory, fsync, rename — an existing checkpoint is
-// never replaced by a partial one. Loading checks size, checksum, magic, version and the layout hash first,
-// and only then writes into the model, so a bad file leaves the model unchanged.
+// never replaced by a partial one, nor by one holding a non-finite float. Loading checks size, checksum, magic,
+// version and the layout hash first, and only then writes into the model, so a bad file leaves it unchanged.
 
-#define GC_CKPT_VERSION 1u
+#define GC_CKPT_VERSION 2u
+#define GC_CKPT_HEADER_BYTES 72
 static const char GC_CKPT_MAGIC[8] = {'G', 'C', 'K', 'P', 'T', 0, 0, 0};
 
 typedef struct {
     const char* name;
     int dtype;
     int ndim;
-    int64_t dims[4];
+    int64_t dims[8];  // at most 8 dimensions (graph.MAX_NDIM)
     size_t offset;   // in the arena
     size_t nbytes;
 } gc_tensor_info;
 
 typedef struct {
-    uint64_t step, epoch, rng;
+    uint64_t step, epoch, epoch_step, seed, shuffle;
+    double loss_sum;
 } gc_train_state;
 
 static uint32_t gc_crc32(const unsigned char* p, size_t n) {
@@ -69,25 +78,39 @@ static int gc_write_atomic(const char* path, const void* data, size_t n) {
     return GC_OK;
 }
 
+// A checkpoint is a state to go back to: one with an inf or NaN in a float variable is not written.
+static int gc_check_finite(const char* path, const gc_tensor_info* t, const void* host) {
+    size_t n = t->nbytes / gc_dtype_sizes[t->dtype];
+    for (size_t i = 0; i < n; i++) {
+        double v = t->dtype == GC_F32 ? ((const float*)host)[i] : t->dtype == GC_F64 ? ((const double*)host)[i] : 0;
+        if (!isfinite(v))
+            return gc_fail(GC_ERR_NUMERIC, "%s: not saved: variable '%s' holds the non-finite value %g at element %zu",
+                           path, t->name, v, i);
+    }
+    return GC_OK;
+}
+
 static int gc_checkpoint_save(const char* path, const gc_tensor_info* table, int n, uint64_t layout_hash,
                               const gc_train_state* st, const unsigned char* arena) {
     gc_buffer b = {0};
     uint32_t version = GC_CKPT_VERSION, count = (uint32_t)n;
-    uint64_t head[4] = {layout_hash, st->step, st->epoch, st->rng};
+    uint64_t head[6] = {layout_hash, st->step, st->epoch, st->epoch_step, st->seed, st->shuffle};
     int rc = GC_OK;
     void* host = NULL;
     if ((rc = gc_buf_put(&b, GC_CKPT_MAGIC, 8)) || (rc = gc_buf_put(&b, &version, 4)) ||
-        (rc = gc_buf_put(&b, &count, 4)) || (rc = gc_buf_put(&b, head, sizeof head))) goto done;
+        (rc = gc_buf_put(&b, &count, 4)) || (rc = gc_buf_put(&b, head, sizeof head)) ||
+        (rc = gc_buf_put(&b, &st->loss_sum, 8))) goto done;
     for (int i = 0; i < n; i++) {
         const gc_tensor_info* t = &table[i];
         uint16_t len = (uint16_t)strlen(t->name);
         uint8_t dt = (uint8_t)t->dtype, nd = (uint8_t)t->ndim;
-        uint64_t dims[4], nbytes = t->nbytes;
+        uint64_t dims[8], nbytes = t->nbytes;
         for (int d = 0; d < t->ndim; d++) dims[d] = (uint64_t)t->dims[d];
         free(host);
         host = malloc(t->nbytes ? t->nbytes : 1);
         if (!host) { rc = gc_fail(GC_ERR_MEMORY, "cannot allocate %zu bytes", t->nbytes); goto done; }
         if ((rc = gc_copy_to_host(host, arena + t->offset, t->nbytes))) goto done;
+        if ((rc = gc_check_finite(path, t, host))) goto done;
         if ((rc = gc_buf_put(&b, &len, 2)) || (rc = gc_buf_put(&b, t->name, len)) || (rc = gc_buf_put(&b, &dt, 1)) ||
             (rc = gc_buf_put(&b, &nd, 1)) || (rc = gc_buf_put(&b, dims, 8 * (size_t)t->ndim)) ||
             (rc = gc_buf_put(&b, &nbytes, 8)) || (rc = gc_buf_put(&b, host, t->nbytes))) goto done;
@@ -114,6 +137,8 @@ static int gc_take(gc_reader* r, void* dst, size_t n, const char* what) {
     return GC_OK;
 }
 
+// Check a checkpoint against the program's variable table; with `arena` (and `st`) load it too. Nothing
+// is written into the model unless every check passed.
 static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int n, uint64_t layout_hash,
                               gc_train_state* st, unsigned char* arena) {
     unsigned char* file;
@@ -123,53 +148,78 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
     const unsigned char** src = (const unsigned char**)calloc(n ? n : 1, sizeof *src);
     gc_reader r = {file, size >= 4 ? size - 4 : 0, 0, path};
     char magic[8];
-    uint32_t version, count;
-    uint64_t head[4];
-    uint32_t stored_sum, sum;
+    uint32_t version = 0, count = 0, stored_sum = 0;
+    uint64_t head[6];
+    double loss_sum;
     if (!src) { rc = gc_fail(GC_ERR_MEMORY, "out of host memory"); goto done; }
-    if (size < 52) { rc = gc_fail(GC_ERR_FORMAT, "%s: %zu bytes is too short for a checkpoint", path, size); goto done; }
-    if (memcmp(file, GC_CKPT_MAGIC, 8) != 0) { rc = gc_fail(GC_ERR_FORMAT, "%s: bytes 0-7: not a gcompile checkpoint", path); goto done; }
-    memcpy(&stored_sum, file + size - 4, 4);
-    sum = gc_crc32(file, size - 4);
-    if (sum != stored_sum) { rc = gc_fail(GC_ERR_FORMAT, "%s: checksum mismatch (corrupted or truncated file)", path); goto done; }
-    if ((rc = gc_take(&r, magic, 8, "magic")) || (rc = gc_take(&r, &version, 4, "version")) ||
-        (rc = gc_take(&r, &count, 4, "tensor count")) || (rc = gc_take(&r, head, sizeof head, "header"))) goto done;
-    if (version != GC_CKPT_VERSION) {
-        rc = gc_fail(GC_ERR_FORMAT, "%s: checkpoint format version %u, this program reads version %u", path, version, GC_CKPT_VERSION);
+    if (size < 8 || memcmp(file, GC_CKPT_MAGIC, 8) != 0) {
+        rc = gc_fail(GC_ERR_FORMAT, "%s: bytes 0-7: not a gcompile checkpoint", path);
         goto done;
     }
+    if (size < 16) { rc = gc_fail(GC_ERR_FORMAT, "%s: %zu bytes is too short for a checkpoint", path, size); goto done; }
+    memcpy(&version, file + 8, 4);
+    memcpy(&stored_sum, file + size - 4, 4);
+    if (gc_crc32(file, size - 4) != stored_sum) {
+        rc = gc_fail(GC_ERR_FORMAT, "%s: checksum mismatch over its %zu bytes (corrupted or truncated file)", path, size);
+        goto done;
+    }
+    if (version != GC_CKPT_VERSION) {
+        rc = gc_fail(GC_ERR_FORMAT, "%s: checkpoint format version %u, this program reads version %u", path, version,
+                     GC_CKPT_VERSION);
+        goto done;
+    }
+    if ((rc = gc_take(&r, magic, 8, "magic")) || (rc = gc_take(&r, &version, 4, "version")) ||
+        (rc = gc_take(&r, &count, 4, "tensor count")) || (rc = gc_take(&r, head, sizeof head, "header")) ||
+        (rc = gc_take(&r, &loss_sum, 8, "header"))) goto done;
     if (head[0] != layout_hash) {
-        rc = gc_fail(GC_ERR_FORMAT, "%s: written by a different program (parameter layout hash %016llx, this program's "
-                     "is %016llx)", path, (unsigned long long)head[0], (unsigned long long)layout_hash);
+        rc = gc_fail(GC_ERR_FORMAT, "%s: written by a different program (parameter layout hash %016llx, this "
+                     "program's is %016llx)", path, (unsigned long long)head[0], (unsigned long long)layout_hash);
         goto done;
     }
     for (uint32_t k = 0; k < count; k++) {
-        uint16_t len;
-        uint8_t dt, nd;
-        uint64_t dims[8], nbytes;
+        uint16_t len = 0;
+        uint8_t dt = 0, nd = 0;
+        uint64_t dims[255], nbytes = 0;
         char name[256];
+        size_t at = r.at;
         if ((rc = gc_take(&r, &len, 2, "name length"))) goto done;
-        if (len >= sizeof name) { rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: name length %u too long", path, r.at, len); goto done; }
-        if ((rc = gc_take(&r, name, len, "name")) || (rc = gc_take(&r, &dt, 1, "dtype")) || (rc = gc_take(&r, &nd, 1, "ndim"))) goto done;
-        name[len] = 0;
-        if (nd > 8) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s: %u dimensions", path, name, nd); goto done; }
-        if ((rc = gc_take(&r, dims, 8 * (size_t)nd, "dims")) || (rc = gc_take(&r, &nbytes, 8, "byte count"))) goto done;
+        if (len >= sizeof name) { rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: name length %u too long", path, at, len); goto done; }
+        if ((rc = gc_take(&r, name, len, "name")) || (rc = gc_take(&r, &dt, 1, "dtype")) || (rc = gc_take(&r, &nd, 1, "ndim")) ||
+            (rc = gc_take(&r, dims, 8 * (size_t)nd, "dims")) || (rc = gc_take(&r, &nbytes, 8, "byte count"))) goto done;
         int i = 0;
-        while (i < n && strcmp(table[i].name, name) != 0) i++;
-        if (i == n) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s is not a variable of this program", path, name); goto done; }
-        if (src[i]) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s appears twice", path, name); goto done; }
+        while (i < n && (strlen(table[i].name) != len || memcmp(table[i].name, name, len) != 0)) i++;
+        gc_printable(name, name, len);   // from here on, the name only appears in messages
+        if (i == n) {
+            rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: tensor '%s' is not a variable of this program", path, at, name);
+            goto done;
+        }
+        if (src[i]) { rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: tensor '%s' appears twice", path, at, name); goto done; }
         int same = dt == table[i].dtype && nd == table[i].ndim && nbytes == table[i].nbytes;
         for (int d = 0; same && d < nd; d++) same = dims[d] == (uint64_t)table[i].dims[d];
-        if (!same) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s has another shape or dtype than the program's", path, name); goto done; }
-        if (r.at + nbytes > r.n) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s truncated at byte %zu", path, name, r.at); goto done; }
+        if (!same) {
+            rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: tensor '%s' has another shape or dtype than the program's "
+                         "variable", path, at, name);
+            goto done;
+        }
+        if (nbytes > r.n - r.at) {
+            rc = gc_fail(GC_ERR_FORMAT, "%s: tensor '%s' truncated at byte %zu", path, name, r.at);
+            goto done;
+        }
         src[i] = r.p + r.at;
         r.at += nbytes;
     }
+    if (r.at != r.n) {
+        rc = gc_fail(GC_ERR_FORMAT, "%s: %zu unexpected bytes after the last tensor at byte %zu", path, r.n - r.at, r.at);
+        goto done;
+    }
     for (int i = 0; i < n; i++)
-        if (!src[i]) { rc = gc_fail(GC_ERR_FORMAT, "%s: tensor %s is missing", path, table[i].name); goto done; }
-    for (int i = 0; i < n; i++)
-        if ((rc = gc_copy_to_device(arena + table[i].offset, src[i], table[i].nbytes))) goto done;
-    st->step = head[1]; st->epoch = head[2]; st->rng = head[3];
+        if (!src[i]) { rc = gc_fail(GC_ERR_FORMAT, "%s: variable '%s' is missing", path, table[i].name); goto done; }
+    if (arena) {
+        for (int i = 0; i < n; i++)
+            if ((rc = gc_copy_to_device(arena + table[i].offset, src[i], table[i].nbytes))) goto done;
+        st->step = head[1]; st->epoch = head[2]; st->epoch_step = head[3]; st->seed = head[4]; st->shuffle = head[5];
+        st->loss_sum = loss_sum;
+    }
 done:
     free(src);
     free(file);

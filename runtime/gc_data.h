@@ -1,5 +1,6 @@
 // gc_data.h — host-side readers for .npy (v1-v3, C order, little endian) and uncompressed IDX files.
 // Every header field and the exact byte count are validated; errors name the file and the byte offset.
+#include <sys/stat.h>
 
 enum { GC_U8 = 0, GC_I32 = 1, GC_F32 = 2, GC_I64 = 3, GC_F64 = 4 };
 static const char* gc_dtype_names[] = {"uint8", "int32", "float32", "int64", "float64"};
@@ -17,81 +18,156 @@ static void gc_array_free(gc_array* a) { free(a->data); a->data = NULL; }
 
 static int gc_read_file(const char* path, unsigned char** out, size_t* size) {
     *out = NULL;
+    *size = 0;
     FILE* f = fopen(path, "rb");
     if (!f) return gc_fail(GC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return gc_fail(GC_ERR_IO, "%s: cannot seek", path); }
-    long n = ftell(f);
-    rewind(f);
-    unsigned char* buf = (unsigned char*)malloc(n > 0 ? (size_t)n : 1);
-    if (!buf) { fclose(f); return gc_fail(GC_ERR_MEMORY, "%s: cannot allocate %ld bytes", path, n); }
-    size_t got = fread(buf, 1, (size_t)n, f);
+    struct stat info;
+    if (fstat(fileno(f), &info) != 0 || !S_ISREG(info.st_mode)) {
+        fclose(f);
+        return gc_fail(GC_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t n = (size_t)info.st_size;
+    unsigned char* buf = (unsigned char*)malloc(n ? n : 1);
+    if (!buf) { fclose(f); return gc_fail(GC_ERR_MEMORY, "%s: cannot allocate %zu bytes", path, n); }
+    size_t got = fread(buf, 1, n, f);
     fclose(f);
-    if (got != (size_t)n) { free(buf); return gc_fail(GC_ERR_IO, "%s: short read (%zu of %ld bytes)", path, got, n); }
+    if (got != n) { free(buf); return gc_fail(GC_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, n); }
     *out = buf;
-    *size = (size_t)n;
+    *size = n;
     return GC_OK;
 }
 
-// Find `'key':` in a .npy header dict and return a pointer just past the colon (NULL if absent).
-static const char* gc_npy_field(const char* header, const char* key) {
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "'%s':", key);
-    const char* p = strstr(header, pattern);
-    if (!p) return NULL;
-    p += strlen(pattern);
-    while (*p == ' ') p++;
-    return p;
+// A file's text as it may appear in a message: printable ASCII, anything else as '?'. dst holds n + 1.
+static void gc_printable(char* dst, const char* src, int n) {
+    for (int i = 0; i < n; i++) dst[i] = src[i] >= 32 && src[i] < 127 ? src[i] : '?';
+    dst[n] = 0;
+}
+
+// count *= d, refusing element counts past 2^40 (a terabyte of uint8: no dataset this reader is for).
+static int gc_grow_count(int64_t* count, int64_t d, const char* path) {
+    if (d < 0 || (d > 0 && *count > ((int64_t)1 << 40) / d))
+        return gc_fail(GC_ERR_FORMAT, "%s: the header's shape has more than 2^40 elements (corrupt header?)", path);
+    *count *= d;
+    return GC_OK;
+}
+
+// A .npy header is the text of a Python dict with exactly the keys 'descr', 'fortran_order' and 'shape', as
+// numpy writes it (and reads it back with ast.literal_eval). This parser accepts that text, in any key order,
+// and nothing else: a header numpy would refuse is refused here too.
+typedef struct { const char* p; const char* end; const char* path; const char* start; } gc_header;
+
+static int gc_header_fail(gc_header* h, const char* what) {
+    return gc_fail(GC_ERR_FORMAT, "%s: .npy header byte %d: %s (the header must be the dict numpy writes)", h->path,
+                   (int)(h->p - h->start), what);
+}
+
+static void gc_header_space(gc_header* h) {
+    while (h->p < h->end && (*h->p == ' ' || *h->p == '\t')) h->p++;
+}
+
+static int gc_header_accept(gc_header* h, char c) {
+    gc_header_space(h);
+    if (h->p < h->end && *h->p == c) { h->p++; return 1; }
+    return 0;
+}
+
+// A quoted string ('...' or "...", no escapes): sets *s to its first character and *n to its length.
+static int gc_header_string(gc_header* h, const char** s, int* n) {
+    gc_header_space(h);
+    char quote = h->p < h->end ? *h->p : 0;
+    if (quote != '\'' && quote != '"') return gc_header_fail(h, "expected a quoted string");
+    const char* close = (const char*)memchr(h->p + 1, quote, (size_t)(h->end - h->p - 1));
+    if (!close || memchr(h->p + 1, '\\', (size_t)(close - h->p - 1))) return gc_header_fail(h, "bad string");
+    *s = h->p + 1;
+    *n = (int)(close - h->p - 1);
+    h->p = close + 1;
+    return GC_OK;
+}
+
+static int gc_header_is(const char* s, int n, const char* word) { return (int)strlen(word) == n && !memcmp(s, word, n); }
+
+static int gc_header_shape(gc_header* h, gc_array* out) {
+    if (!gc_header_accept(h, '(')) return gc_header_fail(h, "'shape' must be a tuple");
+    out->ndim = 0;
+    out->count = 1;
+    int need_comma = 0;   // (n) is a number, not a tuple: one dimension needs its comma
+    while (!gc_header_accept(h, ')')) {
+        if (out->ndim && !gc_header_accept(h, ',')) return gc_header_fail(h, "expected ',' in 'shape'");
+        if (gc_header_accept(h, ')')) { need_comma = 0; break; }
+        gc_header_space(h);
+        const char* digits = h->p;
+        while (h->p < h->end && *h->p >= '0' && *h->p <= '9') h->p++;
+        if (h->p == digits || h->p - digits > 15 || (*digits == '0' && h->p - digits > 1))
+            return gc_header_fail(h, "a dimension of 'shape' is not a whole number");
+        if (out->ndim == 8) return gc_header_fail(h, "more than 8 dimensions");
+        GC_TRY(gc_grow_count(&out->count, strtoll(digits, NULL, 10), h->path));
+        out->dims[out->ndim++] = strtoll(digits, NULL, 10);
+        need_comma = out->ndim == 1;
+    }
+    if (need_comma) return gc_header_fail(h, "a 1-dimensional 'shape' needs a comma, as in (40,)");
+    return GC_OK;
+}
+
+static int gc_header_parse(gc_header* h, gc_array* out) {
+    static const char* descrs[] = {"|u1", "<i4", "<f4", "<i8", "<f8"};
+    int seen = 0;   // bits: descr, fortran_order, shape
+    if (!gc_header_accept(h, '{')) return gc_header_fail(h, "expected '{'");
+    while (!gc_header_accept(h, '}')) {
+        if (seen && !gc_header_accept(h, ',')) return gc_header_fail(h, "expected ',' or '}'");
+        if (gc_header_accept(h, '}')) break;
+        const char *key, *value;
+        int key_n, value_n;
+        GC_TRY(gc_header_string(h, &key, &key_n));
+        int bit = gc_header_is(key, key_n, "descr") ? 1 : gc_header_is(key, key_n, "fortran_order") ? 2
+                : gc_header_is(key, key_n, "shape") ? 4 : 0;
+        if (!bit || (seen & bit)) {
+            h->p = key - 1;
+            return gc_header_fail(h, bit ? "repeated key" : "unexpected key");
+        }
+        if (!gc_header_accept(h, ':')) return gc_header_fail(h, "expected ':'");
+        seen |= bit;
+        if (bit == 1) {
+            GC_TRY(gc_header_string(h, &value, &value_n));
+            out->dtype = -1;
+            for (int i = 0; i < 5; i++)
+                if (gc_header_is(value, value_n, descrs[i])) out->dtype = i;
+            if (out->dtype < 0) {
+                char shown[17];
+                gc_printable(shown, value, value_n < 16 ? value_n : 16);
+                return gc_fail(GC_ERR_FORMAT, "%s: unsupported dtype '%s' (need uint8, int32, int64, float32 or "
+                               "float64, little endian)", h->path, shown);
+            }
+        } else if (bit == 2) {
+            gc_header_space(h);
+            if (h->end - h->p >= 4 && !memcmp(h->p, "True", 4))
+                return gc_fail(GC_ERR_FORMAT, "%s: only C-order arrays are supported (fortran_order must be False)",
+                               h->path);
+            if (h->end - h->p < 5 || memcmp(h->p, "False", 5)) return gc_header_fail(h, "expected True or False");
+            h->p += 5;
+        } else GC_TRY(gc_header_shape(h, out));
+    }
+    while (h->p < h->end && (*h->p == ' ' || *h->p == '\n')) h->p++;
+    if (h->p != h->end) return gc_header_fail(h, "unexpected text after the dict");
+    if (seen != 7) return gc_header_fail(h, "missing 'descr', 'fortran_order' or 'shape'");
+    return GC_OK;
 }
 
 static int gc_parse_npy(const char* path, unsigned char* buf, size_t size, gc_array* out) {
     if (size < 10) return gc_fail(GC_ERR_FORMAT, "%s: %zu bytes is too short for a .npy header", path, size);
     int major = buf[6];
     size_t header_len, start;
+    if (buf[7] != 0) return gc_fail(GC_ERR_FORMAT, "%s: byte 7: unsupported .npy format version %d.%d", path, major, buf[7]);
     if (major == 1) { header_len = buf[8] | (buf[9] << 8); start = 10; }
     else if (major == 2 || major == 3) {
         if (size < 12) return gc_fail(GC_ERR_FORMAT, "%s: truncated .npy header", path);
         header_len = buf[8] | (buf[9] << 8) | ((size_t)buf[10] << 16) | ((size_t)buf[11] << 24);
         start = 12;
     } else return gc_fail(GC_ERR_FORMAT, "%s: byte 6: unsupported .npy format version %d", path, major);
-    if (start + header_len > size)
+    if (header_len > size - start)
         return gc_fail(GC_ERR_FORMAT, "%s: header of %zu bytes runs past the end of the file (%zu bytes)",
                        path, header_len, size);
-    char header[4096];
-    if (header_len >= sizeof header) return gc_fail(GC_ERR_FORMAT, "%s: .npy header too long (%zu)", path, header_len);
-    memcpy(header, buf + start, header_len);
-    header[header_len] = 0;
-
-    const char* descr = gc_npy_field(header, "descr");
-    if (!descr || *descr != '\'') return gc_fail(GC_ERR_FORMAT, "%s: .npy header has no 'descr'", path);
-    static const char* descrs[] = {"'|u1'", "'<i4'", "'<f4'", "'<i8'", "'<f8'"};
-    out->dtype = -1;
-    for (int i = 0; i < 5; i++)
-        if (strncmp(descr, descrs[i], strlen(descrs[i])) == 0) out->dtype = i;
-    if (out->dtype < 0) {
-        char d[16] = {0};
-        strncpy(d, descr, 8);
-        return gc_fail(GC_ERR_FORMAT, "%s: unsupported dtype %s (need uint8, int32, int64, float32 or float64, "
-                       "little endian)", path, d);
-    }
-    const char* fortran = gc_npy_field(header, "fortran_order");
-    if (!fortran || strncmp(fortran, "False", 5) != 0)
-        return gc_fail(GC_ERR_FORMAT, "%s: only C-order arrays are supported (fortran_order must be False)", path);
-    const char* shape = gc_npy_field(header, "shape");
-    if (!shape || *shape != '(') return gc_fail(GC_ERR_FORMAT, "%s: .npy header has no 'shape'", path);
-    out->ndim = 0;
-    out->count = 1;
-    const char* p = shape + 1;
-    while (*p && *p != ')') {
-        while (*p == ' ' || *p == ',') p++;
-        if (*p == ')') break;
-        char* end;
-        long long d = strtoll(p, &end, 10);
-        if (end == p || d < 0 || out->ndim == 8)
-            return gc_fail(GC_ERR_FORMAT, "%s: cannot parse shape %.40s", path, shape);
-        out->dims[out->ndim++] = d;
-        out->count *= d;
-        p = end;
-    }
+    gc_header h = {(const char*)buf + start, (const char*)buf + start + header_len, path, (const char*)buf + start};
+    GC_TRY(gc_header_parse(&h, out));
     size_t data_start = start + header_len;
     size_t want = (size_t)out->count * gc_dtype_sizes[out->dtype];
     if (size - data_start != want)
@@ -117,8 +193,8 @@ static int gc_parse_idx(const char* path, unsigned char* buf, size_t size, gc_ar
     out->count = 1;
     for (int i = 0; i < ndim; i++) {
         const unsigned char* d = buf + 4 + 4 * i;
-        out->dims[i] = ((int64_t)d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3];
-        out->count *= out->dims[i];
+        out->dims[i] = ((int64_t)d[0] << 24) | ((int64_t)d[1] << 16) | ((int64_t)d[2] << 8) | d[3];
+        GC_TRY(gc_grow_count(&out->count, out->dims[i], path));
     }
     if (size - start != (size_t)out->count)
         return gc_fail(GC_ERR_FORMAT, "%s: expected %lld data bytes after the header at byte %zu, found %zu",

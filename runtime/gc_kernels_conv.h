@@ -70,7 +70,7 @@ GC_HD inline T gc_pool_at(const T* __restrict__ x, gc_window s, int64_t i) {
             const int h = oh * s.stride - s.pad + kh, w = ow * s.stride - s.pad + kw;
             if (h < 0 || h >= s.h || w < 0 || w >= s.w) continue;
             const T v = plane[h * s.w + w];
-            acc = MAX ? (v > acc ? v : acc) : acc + v;
+            acc = MAX ? (v > acc || v != v ? v : acc) : acc + v;   // a max keeps a NaN, as numpy's does
         }
     return MAX ? acc : acc / T(s.kh * s.kw);
 }

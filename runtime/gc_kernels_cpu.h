@@ -63,8 +63,7 @@ static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* 
         y[b] = labels[src];
     }
     if (sums) {
-        sums[0] += *loss;
-        sums[1] = *loss;
+        gc_record_loss(sums, *loss);
     }
     return GC_OK;
 }
@@ -78,8 +77,7 @@ static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shu
 }
 
 static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
-    sums[0] += *loss;
-    sums[1] = *loss;
+    gc_record_loss(sums, *loss);
     cursor->step += steps;
     return GC_OK;
 }

@@ -16,7 +16,8 @@ __device__ T gc_reduce_columns(T v, void* scratch) {
     for (int h = SY / 2; h > 0; h >>= 1) {
         if (threadIdx.x < h * SX) {
             T o = s[threadIdx.x + h * SX];
-            s[threadIdx.x] = MAX ? (o > s[threadIdx.x] ? o : s[threadIdx.x]) : s[threadIdx.x] + o;
+            T mine = s[threadIdx.x];   // a max keeps a NaN, as numpy's does
+            s[threadIdx.x] = MAX ? (o > mine || o != o ? o : mine) : mine + o;
         }
         __syncthreads();
     }
@@ -39,8 +40,8 @@ __device__ T gc_block_reduce(T v, T* shared) {
 // cursor->step * batch when training, through the epoch's permutation when shuffling. Rows past `count`
 // (the last partial eval batch) repeat the last valid example and are ignored by the caller.
 // x[b, :] = images[src, :] * scale for uint8 images, a copy for float images.
-// When `sums` is given, the kernel also records the previous step's loss (sums[0] += *loss, sums[1] =
-// *loss): folded in here it costs no launch of its own.
+// When `sums` is given, the kernel also records the previous step's loss (gc_record_loss): folded in here
+// it costs no launch of its own.
 //
 // One block per batch row; every thread computes the row's source (a few dozen integer operations,
 // identical across the block) instead of synchronizing on a shared value. Rows move V elements at a time.
@@ -71,8 +72,7 @@ __global__ void gc_gather_kernel(const IMG* __restrict__ images, const int32_t* 
     }
     if (threadIdx.x == 0) y[b] = labels[src];
     if (sums && b == 0 && threadIdx.x == 0) {
-        sums[0] += *loss;
-        sums[1] = *loss;
+        gc_record_loss(sums, *loss);
     }
 }
 
@@ -108,8 +108,7 @@ static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shu
 
 // End a replayed chunk of `steps` steps: record its last loss and advance the cursor past it.
 __global__ void gc_steps_done_kernel(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
-    sums[0] += *loss;
-    sums[1] = *loss;
+    gc_record_loss(sums, *loss);
     cursor->step += steps;
 }
 

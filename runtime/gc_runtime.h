@@ -37,7 +37,7 @@ enum {
     GC_ERR_NUMERIC = 6,  // a non-finite loss
 };
 
-static char gc_error_message[1024];
+static thread_local char gc_error_message[1024];  // per thread: Python may call from several
 
 static int gc_fail(int code, const char* fmt, ...) {
     va_list ap;
@@ -46,6 +46,9 @@ static int gc_fail(int code, const char* fmt, ...) {
     va_end(ap);
     return code;
 }
+
+#define GC_STR_(...) #__VA_ARGS__
+#define GC_STR(...) GC_STR_(__VA_ARGS__)
 
 // Return early with the code of a failing call (its message is already recorded).
 #define GC_TRY(expr) do { int gc_rc_ = (expr); if (gc_rc_ != GC_OK) return gc_rc_; } while (0)
@@ -61,14 +64,52 @@ static int gc_fail(int code, const char* fmt, ...) {
 #define GC_LAUNCH_CHECK() do {} while (0)
 #endif
 
-// ---- device memory: the only place the program allocates on the device ----------------------------
+// ---- the device: present, able to run this program's kernels, memory ----------------------------------
+#ifdef GC_CUDA
+__global__ void gc_probe_kernel() {}
+
+// Before anything else: is there a device, and does this program hold kernels it can run (machine code for
+// its architecture, or PTX its driver can compile)? Both failures otherwise surface later as puzzles.
+static int gc_device_check(void) {
+    int count = 0, device = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return gc_fail(GC_ERR_DEVICE, "no usable CUDA device (%s); this program was built for the cuda target: "
+                       "build it with target='cpu' (gcompile build --target cpu) to run without a GPU",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "the runtime found 0 devices");
+    }
+    cudaFuncAttributes attr;
+    e = cudaFuncGetAttributes(&attr, gc_probe_kernel);
+    if (e != cudaSuccess) {
+        cudaDeviceProp p;
+        memset(&p, 0, sizeof p);
+        cudaGetLastError();
+        if (cudaGetDevice(&device) == cudaSuccess) cudaGetDeviceProperties(&p, device);
+        cudaGetLastError();
+        return gc_fail(GC_ERR_DEVICE, "the GPU %s is sm_%d%d, but this program's kernels were built for compute "
+                       "architecture(s) %s and cannot run on it (%s); rebuild with --arch sm_%d%d",
+                       p.name, p.major, p.minor, GC_STR(__CUDA_ARCH_LIST__), cudaGetErrorString(e), p.major, p.minor);
+    }
+    return GC_OK;
+}
+#else
+static int gc_device_check(void) { return GC_OK; }
+#endif
+
+// The only place the program allocates on the device.
 static int gc_device_alloc(void** out, size_t bytes, const char* what) {
 #ifdef GC_CUDA
     cudaError_t e = cudaMalloc(out, bytes);
     if (e != cudaSuccess) {
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        cudaGetLastError();
         *out = NULL;
-        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes of device memory for the %s: %s",
-                       bytes, what, cudaGetErrorString(e));
+        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes (%.2f GiB) of device memory for the %s: %s "
+                       "(the device has %.2f GiB free of %.2f GiB)", bytes, bytes / 1073741824.0, what,
+                       cudaGetErrorString(e), free_bytes / 1073741824.0, total_bytes / 1073741824.0);
     }
     return GC_OK;
 #else
@@ -76,7 +117,8 @@ static int gc_device_alloc(void** out, size_t bytes, const char* what) {
     if (bytes == 0) bytes = 256;
     if (posix_memalign(out, 256, bytes) != 0) {
         *out = NULL;
-        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes for the %s", bytes, what);
+        return gc_fail(GC_ERR_MEMORY, "could not allocate %zu bytes (%.2f GiB) of memory for the %s", bytes,
+                       bytes / 1073741824.0, what);
     }
     return GC_OK;
 #endif
@@ -188,6 +230,13 @@ GC_HD static inline uint32_t gc_batch_source(const gc_cursor* cursor, int64_t fi
     if (!cursor) return (uint32_t)p;
     p += cursor->step * batch;
     return cursor->shuffle ? gc_perm_apply(cursor->order, (uint32_t)p) : (uint32_t)p;
+}
+
+// A step's loss into the epoch's sums on the device: sums[0] += loss when it is finite (a step the numerical
+// guard skipped adds nothing), sums[1] = loss (the last one).
+GC_HD static inline void gc_record_loss(double* sums, float loss) {
+    if (isfinite(loss)) sums[0] += loss;
+    sums[1] = loss;
 }
 
 // The index of the largest of row[0..classes) (the first one wins, as numpy's argmax).
@@ -370,5 +419,3 @@ static int gc_timer_stop(gc_timer* t, double* seconds) {
     return GC_OK;
 }
 
-#define GC_STR_(x) #x
-#define GC_STR(x) GC_STR_(x)

@@ -62,7 +62,7 @@ def add_step(pool: list, kind: str, i: int, j: int, p: int, assigned: dict) -> N
         node = gc.reshape(a, ((-1,), (1, -1), (-1, 1), a.shape)[p % 4])
     elif kind == "transpose":
         node = gc.transpose(a) if p % 2 else gc.transpose(a, tuple(range(a.ndim)))
-    elif kind == "broadcast":
+    elif kind == "broadcast" and a.ndim < gc.graph.MAX_NDIM:
         node = gc.broadcast_to(a, ((2,) + a.shape, a.shape)[p % 2])
     elif kind == "repeat" and a.inputs and a.op != "assign":     # same op, inputs and attrs: a CSE target
         node = gc.Node(a.op, a.inputs, a.attrs)
@@ -75,16 +75,17 @@ def add_step(pool: list, kind: str, i: int, j: int, p: int, assigned: dict) -> N
 
 
 @st.composite
-def random_graphs(draw, max_steps=20):
-    """(outputs, feed): a random DAG over two placeholders and two variables of random small shapes.
+def random_graphs(draw, max_steps=20, prefix=""):
+    """(outputs, feed): a random DAG over two placeholders and two variables of random small shapes (their
+    names start with `prefix`, so several graphs can share one program).
     Outputs are every assign, the last node and some others, never a leaf nor a view of an assigned
     variable (after the step such a view would show the new value, the reference executor the old one)."""
     dims = st.sampled_from((1, 2, 3, 4))
     matrix, vector = st.tuples(dims, dims), st.tuples(dims)
     shapes = [draw(matrix), draw(vector), draw(matrix), draw(vector)]
-    leaves = [gc.placeholder("p0", shapes[0]), gc.placeholder("p1", shapes[1]),
-              gc.variable("v0", shapes[2], init=gc.init.normal(1.0, seed=1)),
-              gc.variable("v1", shapes[3], init=gc.init.normal(1.0, seed=2))]
+    leaves = [gc.placeholder(f"{prefix}p0", shapes[0]), gc.placeholder(f"{prefix}p1", shapes[1]),
+              gc.variable(f"{prefix}v0", shapes[2], init=gc.init.normal(1.0, seed=1)),
+              gc.variable(f"{prefix}v1", shapes[3], init=gc.init.normal(1.0, seed=2))]
     pool, assigned = list(leaves), {}
     step = st.tuples(st.sampled_from(STEP_KINDS), st.integers(0, 3), st.integers(0, 7), st.integers(0, 15))
     steps = draw(st.lists(step, min_size=6, max_size=max_steps))

@@ -84,10 +84,11 @@ def test_mlp_groups_and_kernel_counts():
         "g3 rows: 64 slices of 10 (reduced axes [1] of [64, 10]), 2 reduction phase(s), then a global reduction",
         "g4 gemm: GEMM 64x12 with an epilogue of 1 node(s)",          # relu mask of the backward
         "g5 gemm: GEMM 64x16 with an epilogue of 1 node(s)",
-        "g6 gemm: GEMM 20x16 with an epilogue of 3 node(s)",          # dW1 and the SGD update of W1
-        "g7 multi: one kernel over 4 segments g7.0, g7.1, g7.2, g7.3",  # bias gradients and updates, step + 1
-        "g8 gemm: GEMM 16x12 with an epilogue of 3 node(s)",
-        "g9 gemm: GEMM 12x10 with an epilogue of 3 node(s)",
+        "g6 gemm: GEMM 20x16 with an epilogue of 4 node(s)",          # dW1 and the (guarded) SGD update of W1
+        # bias gradients and updates, the numerical guard's count and halted_at, step + 1
+        "g7 multi: one kernel over 6 segments g7.0, g7.1, g7.2, g7.3, g7.4, g7.5",
+        "g8 gemm: GEMM 16x12 with an epilogue of 4 node(s)",
+        "g9 gemm: GEMM 12x10 with an epilogue of 4 node(s)",
     ]
     assert "writes:  softmax_cross_entropy" in text.splitlines()[text.splitlines().index(heads[3]) + 3]
     assert kernels(prog) == {"train": 10, "eval": 3}
@@ -353,6 +354,7 @@ def test_inspect_after_fuse_shows_groups_and_their_kernels(capsys):
     assert groups[0] == "g0 gemm: GEMM 1000x10 with an epilogue of 1 node(s)"
     assert re.fullmatch(r"    kernel:  k0_fused_add_\d+ \(train\), k4_fused_add_\d+ \(eval\)", groups[1])
     assert re.fullmatch(r"    members: matmul_\d+, add_\d+", groups[2])
-    # the last group: the bias update and the step counter's increment, one kernel of two segments
+    # the last group: the bias update, the numerical guard's two counters and the step counter's increment,
+    # one kernel of four segments
     assert groups[-1] == "      writes:  step (assigned)" and "      writes:  b1 (assigned)" in groups
-    assert len(groups) == 4 * 4 + 2 * 3 - 2
+    assert len(groups) == 4 * 4 + 4 * 3 - 2

@@ -305,7 +305,8 @@ def test_sgd_with_momentum_and_weight_decay_matches_numpy():
 def test_plain_sgd_has_no_state_and_a_settable_learning_rate():
     x, t, prog = regression(gc.SGD(lr=0.5))
     ex = gc.NumpyExecutor(prog.train_outputs)
-    assert sorted(ex.variables) == ["W", "b", "lr", "step"]  # step: the program's step counter
+    guard = ["guard.halted_at", "guard.nonfinite_steps", "guard.skip"]  # every Program's (test_guard.py)
+    assert sorted(ex.variables) == ["W", "b", *guard, "lr", "step"]
     assert ex.get_variable("lr") == np.float32(0.5)
     ex.set_variable("lr", 0.25)
     W = ex.get_variable("W").astype(np.float64)
@@ -376,7 +377,9 @@ def test_program_collects_gradients_updates_and_inputs():
     loss, logits, params = mlp(batch=6)
     prog = gc.Program(loss, params, optimizer=gc.SGD(lr=0.1), outputs={"logits": logits})
     assert [g.shape for g in prog.grads] == [p.shape for p in params]
-    assert len(prog.updates) == 5 and all(u.op == "assign" for u in prog.updates)
+    assert all(u.op == "assign" for u in prog.updates)
+    targets = [u.inputs[0].name for u in prog.updates]  # the parameters, then the guard's and the step counter
+    assert targets == [p.name for p in params] + ["guard.nonfinite_steps", "guard.halted_at", "step"]
     assert prog.updates[-1].inputs[0] is gc.step_counter()  # the step counter's increment
     assert prog.train_outputs[0] is loss
     assert [p.name for p in prog.inputs] == ["x", "y"]

@@ -22,7 +22,7 @@ def run(args) -> int:
     if args.after is not None and args.after not in PASSES:
         raise GCompileError(f"--after: unknown pass {args.after!r}; the passes are {', '.join(PASSES)}")
     target = args.target or default_target()
-    compiler, flags, _ = compile_flags(target, args.arch)
+    compiler, flags, _ = compile_flags(target, args.arch, sanitize=args.sanitize)
     program = load_program(args.model, args.batch_size, parse_settings(args.set))
     compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
                                build_command=" ".join([compiler, *flags]), precision=args.precision)

@@ -1,6 +1,8 @@
 """Elementwise ops (numpy broadcasting). `c_expr` is the C expression of one element: `{0}`, `{1}` are
 the operands, `{name}` an attribute; fused kernels substitute these (the same text serves C++ and CUDA,
-whose math functions are overloaded for float and double)."""
+whose math functions are overloaded for float and double). A NaN operand gives NaN as in numpy (and
+PyTorch): relu, maximum and minimum do not swallow it, so the numerical guard sees what the reference sees
+(`x != x` holds for NaN only)."""
 from __future__ import annotations
 
 import numpy as np
@@ -60,7 +62,7 @@ class Div(Elementwise):
 
 @register
 class Maximum(Elementwise):
-    name, arity, c_expr = "maximum", 2, "({0} >= {1} ? {0} : {1})"
+    name, arity, c_expr = "maximum", 2, "({0} >= {1} || {0} != {0} ? {0} : {1})"
     def compute(self, node, a, b): return np.maximum(a, b)
     def grad(self, node, g):
         a, b = node.inputs
@@ -70,7 +72,7 @@ class Maximum(Elementwise):
 
 @register
 class Minimum(Elementwise):
-    name, arity, c_expr = "minimum", 2, "({0} <= {1} ? {0} : {1})"
+    name, arity, c_expr = "minimum", 2, "({0} <= {1} || {0} != {0} ? {0} : {1})"
     def compute(self, node, a, b): return np.minimum(a, b)
     def grad(self, node, g):
         a, b = node.inputs
@@ -155,7 +157,7 @@ class Sigmoid(Elementwise):
 
 @register
 class Relu(Elementwise):
-    name, c_expr = "relu", "({0} > 0 ? {0} : 0)"
+    name, c_expr = "relu", "({0} <= 0 ? 0 : {0})"
     def compute(self, node, x): return np.maximum(x, 0).astype(x.dtype)
     def grad(self, node, g): return [G.relu_grad(node.inputs[0], g)]
 
@@ -177,3 +179,25 @@ class Pow(Elementwise):
         e = node.attrs["exponent"]
         x = node.inputs[0]
         return [g * (e * G.pow(x, e - 1.0)) if e != 1.0 else g]
+
+
+# --- selection and the finiteness test (the numerical guard of gcompile/optim.py uses both) --------------
+@register
+class Where(Elementwise):
+    """where(cond, a, b): a where cond is nonzero, else b. cond may have any dtype; a and b share one."""
+    name, arity, c_expr = "where", 3, "({0} ? {1} : {2})"
+    def infer(self, node):
+        _, a, b = node.inputs
+        return broadcast_shapes(self.name, *node.inputs), same_dtype(self.name, a, b)
+    def compute(self, node, cond, a, b): return np.where(cond != 0, a, b)
+    def grad(self, node, g):
+        cond = node.inputs[0]
+        return [None, G.where(cond, g, 0.0), G.where(cond, 0.0, g)]
+
+
+@register
+class IsFinite(Elementwise):
+    """1 where x is neither infinite nor NaN, else 0, in x's dtype (a mask, as equal's)."""
+    name, c_expr, float_only, differentiable = "isfinite", "(isfinite({0}) ? 1 : 0)", True, False
+    def compute(self, node, x): return np.isfinite(x).astype(x.dtype)
+    def grad(self, node, g): return [None]

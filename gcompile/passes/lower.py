@@ -322,7 +322,7 @@ class GroupCode:
 
     def accumulate(self, red: Node, acc: str, value: str) -> str:
         if red.op == "reduce_max":
-            return f"{acc} = ({value} > {acc} ? {value} : {acc});"
+            return f"{acc} = ({value} > {acc} || {value} != {value} ? {value} : {acc});"   # NaN stays, as in numpy
         return f"{acc} = {acc} + {value};"
 
     def declare(self, red: Node, acc: str) -> dict:

@@ -1,0 +1,142 @@
+"""Checkpoints: the format read and written from Python and from C, optimizer state included, every way a
+file can be wrong (each with its message, from both readers), and atomic writes."""
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gcompile as gc
+from gcompile import checkpoint as ck
+from reliability import BAD_CHECKPOINTS, BATCH, CLASSES, FEATURES, resealed, small_program
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    return gc.compile(small_program(), target="cpu", out_dir=tmp_path_factory.mktemp("small"))
+
+
+@pytest.fixture
+def model(artifact):
+    with gc.load(artifact) as m:
+        yield m
+
+
+def batches(n, seed=0):
+    r = np.random.RandomState(seed)
+    return [(r.uniform(0, 1, (BATCH, FEATURES)).astype(np.float32), r.randint(0, CLASSES, BATCH).astype(np.int32))
+            for _ in range(n)]
+
+
+def test_read_checkpoint_is_public_and_documented():
+    assert gc.read_checkpoint is ck.read_checkpoint and gc.write_checkpoint is ck.write_checkpoint
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "gc.read_checkpoint(" in readme
+
+
+def test_save_holds_every_variable_and_the_position(model, tmp_path):
+    for x, y in batches(3):
+        model.train_step(x, y)
+    model.save(tmp_path / "a.ckpt")
+    saved = gc.read_checkpoint(tmp_path / "a.ckpt")
+    names = {v["name"] for v in model.manifest["variables"]}
+    assert set(saved.tensors) == names
+    assert {"W1.velocity", "b1.velocity", "W2.velocity", "lr", "step", "guard.skip"} <= names  # not only params
+    for name, value in model.params.items():
+        assert saved.tensors[name].dtype == value.dtype
+        np.testing.assert_array_equal(saved.tensors[name], value)
+    assert saved.step == 3 and saved.tensors["step"] == 3 and saved.layout_hash == int(model.manifest["layout_hash"], 16)
+
+
+def test_resuming_from_a_checkpoint_continues_bit_for_bit(artifact, tmp_path):
+    """Momentum buffers are saved: 3 steps, save, 3 more == load into a fresh model, the same 3 more."""
+    data = batches(6, seed=1)
+    with gc.load(artifact) as first:
+        for x, y in data[:3]:
+            first.train_step(x, y)
+        first.save(tmp_path / "mid.ckpt")
+        for x, y in data[3:]:
+            first.train_step(x, y)
+        want = first.params
+    with gc.load(artifact) as second:
+        second.load(tmp_path / "mid.ckpt")
+        for x, y in data[3:]:
+            second.train_step(x, y)
+        got = second.params
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name
+
+
+def test_python_and_c_write_the_same_bytes(model, tmp_path):
+    model.train_step(*batches(1)[0])
+    model.save(tmp_path / "c.ckpt")
+    from_c = gc.read_checkpoint(tmp_path / "c.ckpt")
+    gc.write_checkpoint(tmp_path / "py.ckpt", from_c)
+    assert (tmp_path / "py.ckpt").read_bytes() == (tmp_path / "c.ckpt").read_bytes()
+    changed = gc.read_checkpoint(tmp_path / "py.ckpt")
+    changed.tensors["W2"] = changed.tensors["W2"] + np.float32(1)
+    gc.write_checkpoint(tmp_path / "py.ckpt", changed)
+    model.load(tmp_path / "py.ckpt")
+    np.testing.assert_array_equal(model.get("W2"), changed.tensors["W2"])
+
+
+# --- bad files: every reader names the file and the problem; a failed load changes nothing --------------
+@pytest.mark.parametrize("case", sorted(BAD_CHECKPOINTS))
+def test_bad_checkpoints_are_refused_by_both_readers(model, tmp_path, case):
+    make, message = BAD_CHECKPOINTS[case]
+    path = tmp_path / "bad.ckpt"
+    path.write_bytes(make(model))
+    before = model.params
+    with pytest.raises(gc.RuntimeFailure, match=f"gc_load: {path}: .*{message}"):
+        model.load(path)
+    with pytest.raises(gc.DataError, match=f"{path}: .*{message}"):
+        model.check_file("checkpoint", path)
+    for name, value in model.params.items():   # a refused file leaves the model as it was
+        np.testing.assert_array_equal(value, before[name])
+    python_only = {"another program", "missing variable", "unknown variable", "another shape", "another dtype"}
+    if case not in python_only:    # read_checkpoint knows no program, so it checks the file's own consistency
+        with pytest.raises(gc.DataError, match=f"{path}: .*{message}"):
+            gc.read_checkpoint(path)
+
+
+def test_python_reader_checks_the_files_own_consistency(tmp_path):
+    tensors = {"a": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    body = bytearray(ck.encode(ck.Checkpoint(tensors, 7))[:-4])
+    nbytes_at = ck.HEADER.size + 2 + 1 + 2 + 16
+    body[nbytes_at:nbytes_at + 8] = struct.pack("<Q", 20)
+    (tmp_path / "a.ckpt").write_bytes(resealed(bytes(body)))
+    with pytest.raises(gc.DataError, match=r"byte 72: tensor 'a': byte count 20 does not match its shape \(2, 3\) "
+                                           r"of float32"):
+        gc.read_checkpoint(tmp_path / "a.ckpt")
+    twice = ck.encode(ck.Checkpoint(tensors, 7))[:-4]
+    twice = twice[:12] + struct.pack("<I", 2) + twice[16:] + twice[ck.HEADER.size:]
+    (tmp_path / "b.ckpt").write_bytes(resealed(twice))
+    with pytest.raises(gc.DataError, match=r"tensor 'a' appears twice"):
+        gc.read_checkpoint(tmp_path / "b.ckpt")
+
+
+def test_paths_that_are_not_files(model, tmp_path):
+    with pytest.raises(gc.RuntimeFailure, match=f"{tmp_path}/none.ckpt: cannot open: No such file"):
+        model.load(tmp_path / "none.ckpt")
+    with pytest.raises(gc.RuntimeFailure, match=f"{tmp_path}: not a regular file"):
+        model.load(tmp_path)
+    with pytest.raises(gc.DataError, match="none.ckpt: cannot read checkpoint: No such file"):
+        gc.read_checkpoint(tmp_path / "none.ckpt")
+    with pytest.raises(gc.GCompileError, match="contains a NUL byte"):
+        model.load("a\0b")
+
+
+def test_a_failed_save_leaves_the_existing_file_and_no_temporary(model, tmp_path):
+    target = tmp_path / "kept.ckpt"
+    model.save(target)
+    before = target.read_bytes()
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(gc.RuntimeFailure, match=r"gc_save: .*/sub: cannot write checkpoint: Is a directory "
+                                                r"\(existing file left unchanged\)"):
+        model.save(tmp_path / "sub")          # rename onto a directory fails after the data was written
+    with pytest.raises(gc.RuntimeFailure, match=r"cannot create"):
+        model.save(tmp_path / "no" / "such" / "dir.ckpt")
+    with pytest.raises(gc.DataError, match="cannot store complex128"):
+        gc.write_checkpoint(target, ck.Checkpoint({"z": np.zeros(2, complex)}, 0))
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.ckpt", "sub"]

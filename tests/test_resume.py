@@ -1,0 +1,148 @@
+"""--save-every and --resume: a run killed with SIGKILL at random steps and resumed ends bit-identical to the
+uninterrupted run (the kill test), resuming at epoch boundaries and mid-epoch, and the resume errors."""
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import gcompile as gc
+from conftest import load_example
+from gcompile import checkpoint as ck
+from reliability import run_binary, small_program, synthetic_dataset, write_split
+
+KILL_EPOCHS, KILL_BATCH, KILL_TRAIN, KILL_VALID, KILL_SAVE_EVERY = 3, 100, 1000, 200, 3
+
+
+def saved_step(path) -> int:
+    """The step count in a checkpoint's header (the file is renamed into place whole, so it is complete)."""
+    with open(path, "rb") as f:
+        return ck.HEADER.unpack(f.read(ck.HEADER.size))[4]
+
+
+def assert_same_tensors(got: ck.Checkpoint, want: ck.Checkpoint):
+    assert sorted(got.tensors) == sorted(want.tensors)
+    for name, value in want.tensors.items():
+        assert got.tensors[name].tobytes() == value.tobytes(), f"{name} differs"
+
+
+def epoch_lines(log) -> dict:
+    """The log's last line for each epoch (a resumed run may repeat the epoch it was killed in), without the
+    timings."""
+    lines = {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        lines[entry["epoch"]] = {k: entry[k] for k in ("loss", "mean_loss", "val_acc", "skipped")}
+    return lines
+
+
+@pytest.fixture(scope="module")
+def mlp(mnist_dir, tmp_path_factory):
+    """examples/mnist_mlp.py at batch 100 (cpu) and the first 1000 / 200 MNIST examples: 10 steps per epoch."""
+    root = tmp_path_factory.mktemp("kill")
+    for split, n in (("train", KILL_TRAIN), ("valid", KILL_VALID)):
+        write_split(root / "data", split, np.load(mnist_dir / f"{split}_images.npy")[:n],
+                    np.load(mnist_dir / f"{split}_labels.npy")[:n])
+    program = load_example("mnist_mlp").program(batch_size=KILL_BATCH, lr=0.1)
+    return gc.compile(program, target="cpu", out_dir=root / "build"), root / "data"
+
+
+def train_args(data, ckpt, log):
+    return ["train", "--data", data, "--epochs", KILL_EPOCHS, "--save", ckpt, "--save-every", KILL_SAVE_EVERY,
+            "--log", log]
+
+
+def test_kill_and_resume_is_bit_identical(mlp, tmp_path):
+    """The acceptance test: SIGKILL at 5 random steps, resume each, compare with the uninterrupted run."""
+    artifact, data = mlp
+    started = time.perf_counter()
+    run_binary(artifact, *train_args(data, tmp_path / "ref.ckpt", tmp_path / "ref.jsonl"), "--seed", 7, check=0)
+    reference = gc.read_checkpoint(tmp_path / "ref.ckpt")
+    total = reference.step
+    assert total == KILL_EPOCHS * KILL_TRAIN // KILL_BATCH
+    step_seconds = (time.perf_counter() - started) / total
+
+    seed = int(os.environ.get("GC_KILL_SEED", random.randrange(2**32)))
+    rng = random.Random(seed)
+    points = sorted(rng.sample(range(2, total - 2 * KILL_SAVE_EVERY), 5))
+    print(f"kill points (GC_KILL_SEED={seed}): after step {points}")
+    for point in points:
+        ckpt, log = tmp_path / f"run{point}.ckpt", tmp_path / f"run{point}.jsonl"
+        proc = subprocess.Popen([artifact.binary, *map(str, train_args(data, ckpt, log)), "--seed", "7"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        while proc.poll() is None and not (ckpt.exists() and saved_step(ckpt) >= point):
+            time.sleep(0.001)
+        time.sleep(rng.uniform(0, KILL_SAVE_EVERY * step_seconds))   # anywhere among the next steps, or a save
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait() == -signal.SIGKILL, proc.stderr.read().decode()
+        killed_at = gc.read_checkpoint(ckpt)          # intact: atomic writes
+        assert point <= killed_at.step < total
+
+        resumed = run_binary(artifact, "train", "--resume", ckpt, "--data", data, "--epochs", KILL_EPOCHS,
+                             "--save-every", KILL_SAVE_EVERY, "--log", log, check=0)
+        assert f"resuming {ckpt} at epoch {killed_at.epoch + 1}, step {killed_at.epoch_step + 1}" in resumed.stdout
+        final = gc.read_checkpoint(ckpt)
+        assert (final.step, final.epoch, final.epoch_step) == (total, KILL_EPOCHS, 0)
+        assert_same_tensors(final, reference)
+        assert epoch_lines(log) == epoch_lines(tmp_path / "ref.jsonl")
+
+
+# --- resuming without kills, on a small program ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    root = tmp_path_factory.mktemp("resume")
+    artifact = gc.compile(small_program(), target="cpu", out_dir=root / "build")
+    return artifact, synthetic_dataset(root / "data", n_train=40, n_valid=12)   # 10 steps per epoch
+
+
+@pytest.mark.parametrize("shuffle", [True, False], ids=["shuffled", "in-order"])
+def test_resume_at_epoch_ends(small, tmp_path, shuffle):
+    """A run stopped after 1 or 2 of 3 epochs and resumed ends as the uninterrupted run (mid-epoch resumes:
+    the kill test)."""
+    artifact, data = small
+    order = [] if shuffle else ["--no-shuffle"]
+    run_binary(artifact, "train", "--data", data, "--epochs", 3, *order, "--save-every", "1e", "--save",
+               tmp_path / "ref.ckpt", "--log", tmp_path / "ref.jsonl", check=0)
+    reference = gc.read_checkpoint(tmp_path / "ref.ckpt")
+    for done in (1, 2):
+        ckpt, log = tmp_path / f"after{done}.ckpt", tmp_path / f"after{done}.jsonl"
+        run_binary(artifact, "train", "--data", data, "--epochs", done, *order, "--save", ckpt, "--log", log,
+                   check=0)
+        saved = gc.read_checkpoint(ckpt)
+        assert (saved.epoch, saved.epoch_step, saved.step, saved.shuffle) == (done, 0, 10 * done, shuffle)
+        run_binary(artifact, "train", "--resume", ckpt, "--data", data, "--epochs", 3, "--log", log, check=0)
+        assert_same_tensors(gc.read_checkpoint(ckpt), reference)
+        assert epoch_lines(log) == epoch_lines(tmp_path / "ref.jsonl")
+
+
+# --- resume errors -----------------------------------------------------------------------------------------
+def test_resume_errors(small, tmp_path):
+    artifact, data = small
+    ckpt = tmp_path / "a.ckpt"
+    run_binary(artifact, "train", "--data", data, "--epochs", 1, "--seed", 3, "--save", ckpt, "--save-every", 4,
+               check=0)
+    proc = run_binary(artifact, "train", "--resume", ckpt, "--data", data, "--seed", 4, check=2)
+    assert f"error: --seed 4: {ckpt} continues a run with seed 3 (leave --seed out)" in proc.stderr
+    proc = run_binary(artifact, "train", "--resume", ckpt, "--data", data, "--no-shuffle", check=2)
+    assert f"error: --no-shuffle: {ckpt} continues a shuffled run" in proc.stderr
+    proc = run_binary(artifact, "train", "--resume", ckpt, "--load", ckpt, "--data", data, check=2)
+    assert "error: --resume and --load: give one" in proc.stderr
+    proc = run_binary(artifact, "train", "--resume", ckpt, "--data", data, "--epochs", 1, check=0)
+    assert f"{ckpt}: already trained 1 epochs (--epochs 1): nothing to do" in proc.stdout
+
+    mid = tmp_path / "mid.ckpt"   # saved 8 steps into an epoch of 10 ...
+    saved = gc.read_checkpoint(ckpt)
+    saved.epoch, saved.epoch_step, saved.step = 0, 8, 8
+    gc.write_checkpoint(mid, saved)
+    fewer = synthetic_dataset(tmp_path / "fewer", n_train=20, n_valid=4)   # ... resumed on 5 steps per epoch
+    proc = run_binary(artifact, "train", "--resume", mid, "--data", fewer, check=1)
+    assert f"error: {mid}: saved at step 8 of epoch 1, but {fewer} gives 5 steps per epoch (another dataset?)" \
+        in proc.stderr
+
+    other = gc.compile(small_program(momentum=0.0), target="cpu", out_dir=tmp_path / "other")
+    proc = run_binary(other, "train", "--resume", ckpt, "--data", data, check=1)
+    assert f"error: {ckpt}: written by a different program" in proc.stderr

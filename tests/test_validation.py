@@ -1,0 +1,278 @@
+"""Every bad input is refused with a message naming the problem: dataset files (through the trainer and
+gc_check_file), the binary's command line, `gcompile`'s command line and model files, and the ABI (through
+gc.load's Model and through raw C calls)."""
+import json
+import re
+import textwrap
+
+import numpy as np
+import pytest
+
+import gcompile as gc
+from gcompile.cli import main as gcompile_main
+from gcompile.loader import ffi
+from reliability import (BATCH, CLASSES, DATASET_CASES, FEATURES, IMAGES, LABELS, damaged_dataset, idx_bytes,
+                         run_binary, small_program, synthetic_dataset, write_split)
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    return gc.compile(small_program(), target="cpu", out_dir=tmp_path_factory.mktemp("small"))
+
+
+@pytest.fixture
+def model(artifact):
+    with gc.load(artifact) as m:
+        yield m
+
+
+# --- dataset files -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", sorted(DATASET_CASES))
+def test_bad_dataset_files(artifact, model, tmp_path, case):
+    data = damaged_dataset(tmp_path / "data", case)
+    message = DATASET_CASES[case][1]
+    with pytest.raises(gc.DataError, match=f"{data}/.*{message}"):
+        model.check_file("train", data)
+    proc = run_binary(artifact, "train", "--data", data, "--epochs", 1, check=1)
+    assert proc.stderr.startswith("error: ") and re.search(message, proc.stderr), proc.stderr
+
+
+def test_good_files_pass_the_same_checks(artifact, model, tmp_path):
+    data = synthetic_dataset(tmp_path / "data", n_train=40, n_valid=8)
+    write_split(data / "idx", "valid", IMAGES, LABELS)
+    (data / "idx" / "t10k-images-idx3-ubyte").write_bytes(idx_bytes(IMAGES))
+    model.check_file("train", data)
+    model.check_file("valid", data)
+    proc = run_binary(artifact, "check", "valid", data, tmp_path / "nowhere")
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [f"{data}: ok", f"{tmp_path}/nowhere: error: {tmp_path}/nowhere/"
+                                        "valid_images.npy: not found"]
+
+
+def test_too_few_examples_for_one_batch(artifact, tmp_path):
+    data = synthetic_dataset(tmp_path / "data", n_train=BATCH - 1, n_valid=2)
+    proc = run_binary(artifact, "train", "--data", data, check=1)
+    assert f"error: {data}: 3 training examples, fewer than one batch of 4" in proc.stderr
+
+
+# --- the binary's command line -------------------------------------------------------------------------------
+ARG_CASES = [
+    ([], "missing command: train, eval or check"),
+    (["fit"], "unknown command 'fit': expected train, eval or check"),
+    (["train"], "--data DIR is required"),
+    (["train", "--data", "D", "--epochs", "-1"], "--epochs: '-1' is not a whole number in [0, 1000000000]"),
+    (["train", "--data", "D", "--epochs", "2.5"], "--epochs: '2.5' is not a whole number"),
+    (["train", "--data", "D", "--lr", "abc"], "--lr: 'abc' is not a number in [1e-30, 1e+30]"),
+    (["train", "--data", "D", "--lr", "-0.1"], "--lr: '-0.1' is not a number"),
+    (["train", "--data", "D", "--lr", "nan"], "--lr: 'nan' is not a number"),
+    (["train", "--data", "D", "--seed", "-3"], "--seed: '-3' is not a whole number"),
+    (["train", "--data", "D", "--bogus", "1"], "unknown option '--bogus' for train"),
+    (["train", "--data", "D", "--epochs"], "--epochs needs a value"),
+    (["train", "--data", "D", "--save-every", "0", "--save", "f"], "--save-every: '0' is not a whole number in [1, "),
+    (["train", "--data", "D", "--save-every", "2x", "--save", "f"], "(or one followed by e, for epochs)"),
+    (["train", "--data", "D", "--save-every", "3"], "--save-every needs --save FILE (or --resume FILE)"),
+    (["train", "--data", "D", "--on-nonfinite", "maybe"], "--on-nonfinite: 'maybe' is not stop or skip"),
+    (["train", "--data", "D", "--split", "test"], "unknown option '--split' for train"),
+    (["eval", "--data", "D", "--epochs", "3"], "unknown option '--epochs' for eval"),
+    (["eval", "--data", "D", "--split", "train"], "--split: 'train' is not valid or test"),
+    (["check", "weights", "f"], "gc_check_file: unknown kind 'weights' (checkpoint, train, valid or test)"),
+    (["check", "checkpoint"], "usage: "),
+]
+
+
+@pytest.mark.parametrize("args,message", ARG_CASES, ids=[" ".join(a) or "none" for a, _ in ARG_CASES])
+def test_binary_command_line(artifact, args, message):
+    proc = run_binary(artifact, *args, check=2)
+    assert proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
+
+
+def test_binary_help(artifact):
+    proc = run_binary(artifact, "--help", check=0)
+    assert "--save-every N|Ne" in proc.stdout and "--on-nonfinite stop|skip" in proc.stdout
+
+
+# --- gcompile's command line and model files -----------------------------------------------------------------
+def model_file(tmp_path, body: str):
+    path = tmp_path / "model.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+GOOD_MODEL = """\
+    import gcompile as gc
+    def program(batch_size=4):
+        x = gc.placeholder("x", (batch_size, 3))
+        y = gc.placeholder("y", (batch_size,), dtype="int32")
+        W = gc.variable("W", (3, 2))
+        return gc.Program(gc.softmax_cross_entropy(x @ W, y), [W], gc.SGD(0.1), outputs={"logits": x @ W})
+"""
+
+MODEL_CASES = {  # name: (model file text, extra arguments, message)
+    "raises": ("import gcompile\ndef program():\n    return undefined_name\n", [],
+               r"model.py:3: the model file raised NameError: name 'undefined_name' is not defined"),
+    "syntax": ("def program(:\n", [], r"model.py:1: the model file raised SyntaxError"),
+    "no program": ("x = 1\n", [], r"a model file must define program\(batch_size=...\)"),
+    "not a program": ("def program():\n    return 3\n", [], r"program\(\) returned int, not a gc.Program"),
+    "shape error": ("import gcompile as gc\ndef program():\n    return gc.placeholder('a', (2, 3)) @ "
+                    "gc.placeholder('b', (4, 5))\n", [], r"matmul: .*3 != 4"),
+    "unsupported dtype": ("import gcompile as gc\ndef program():\n    gc.placeholder('a', (2,), dtype='int64')\n",
+                          [], r"unsupported dtype 'int64'; gcompile supports float32, float64, int32, uint8"),
+    "too many dimensions": ("import gcompile as gc\ndef program():\n    gc.placeholder('a', (1,) * 9)\n", [],
+                            r"placeholder: a would have 9 dimensions \(1, 1, 1, 1, 1, 1, 1, 1, 1\); gcompile supports "
+                            r"at most 8"),
+    "unused parameter": (GOOD_MODEL.replace("[W]", "[W, gc.variable('V', (2,))]"), [],
+                         r"the loss does not depend on parameter\(s\) \['V'\]"),
+    "bad arch": (GOOD_MODEL, ["--target", "cuda", "--arch", "sm90"], r"'sm90' is not sm_XY or compute_XY"),
+    "sanitize cuda": (GOOD_MODEL, ["--target", "cuda", "--sanitize"], r"sanitize=True builds the cpu target"),
+    "no such file": (None, [], r"no such model file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODEL_CASES))
+def test_gcompile_reports_model_file_errors(tmp_path, capsys, case):
+    text, extra, message = MODEL_CASES[case]
+    path = model_file(tmp_path, text) if text else tmp_path / "missing.py"
+    assert gcompile_main(["build", str(path), "-o", str(tmp_path / "out"), *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gcompile build: error: ") and re.search(message, err), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--batch-size", "-3"], "the batch size must be at least 1"),
+    (["--batch-size", "x"], "'x' is not a whole number"),
+    (["--target", "tpu"], "invalid choice: 'tpu'"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_gcompile_command_line(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as done:
+        gcompile_main(["build", str(model_file(tmp_path, GOOD_MODEL)), *args])
+    assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_op_the_target_cannot_lower(tmp_path, monkeypatch):
+    from gcompile.ops import OPS
+    from gcompile.ops.base import Op
+
+    class Mystery(Op):
+        name = "mystery_op"
+        def infer(self, node): return node.inputs[0].shape, node.inputs[0].dtype
+        def compute(self, node, x): return x
+    monkeypatch.setitem(OPS, "mystery_op", Mystery())
+    node = gc.Node("mystery_op", (gc.placeholder("a", (3,)),))
+    with pytest.raises(gc.GCompileError, match=r"lower: no kernel for op 'mystery_op' \(node mystery_op_\d+ \(3,\) "
+                                               r"float32\)"):
+        gc.compile([node * 2.0], target="cpu", out_dir=tmp_path)
+
+
+def test_outputs_of_an_unsupported_dtype(tmp_path):
+    out = gc.cast(gc.placeholder("a", (3,)), "uint8")
+    with pytest.raises(gc.GCompileError, match=r"output cast_\d+ \(3,\) uint8 has dtype uint8; outputs must be "
+                                               r"float32, float64 or int32"):
+        gc.compile([out], target="cpu", out_dir=tmp_path)
+
+
+# --- the ABI through gc.load -----------------------------------------------------------------------------------
+def good_batch():
+    r = np.random.RandomState(0)
+    return r.uniform(0, 1, (BATCH, FEATURES)).astype(np.float32), r.randint(0, CLASSES, BATCH).astype(np.int32)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda m, x, y: m.train_step(x[:2], y), r"feed for placeholder 'x': expected shape \(4, 6\), got \(2, 6\)"),
+    (lambda m, x, y: m.train_step(x, y.astype(np.float32)), r"'y': expected integers \(int32\), got float32"),
+    (lambda m, x, y: m.train_step(x.astype(str), y), r"'x': expected float32, got <U"),
+    (lambda m, x, y: m.train_step(x, y.astype(np.int64) + 2**40), r"'y': values outside the range of int32"),
+    (lambda m, x, y: m.train_step(x), r"train_step: expected 2 inputs \['x', 'y'\], got 1"),
+    (lambda m, x, y: m.forward(x, y), r"forward: expected 1 inputs \['x'\], got 2"),
+    (lambda m, x, y: m.get("nothing"), r"no variable named 'nothing'"),
+    (lambda m, x, y: m.set("W1", np.zeros((2, 2))), r"value for variable 'W1': expected shape \(6, 5\), got \(2, 2\)"),
+    (lambda m, x, y: m.set("step", 1.5), r"value for variable 'step': expected integers \(int32\), got float64"),
+    (lambda m, x, y: m.set("nothing", 1), r"no variable named 'nothing'"),
+    (lambda m, x, y: m.check_file("weights", "x"), r"unknown kind 'weights'"),
+])
+def test_model_rejects_bad_calls(model, call, message):
+    x, y = good_batch()
+    with pytest.raises(gc.GCompileError, match=message):
+        call(model, x, y)
+    assert model.train_step(x, y) > 0  # and stays usable
+
+
+def test_non_contiguous_arrays_are_read_correctly(artifact):
+    x, y = good_batch()
+    strided = np.zeros((BATCH, 2 * FEATURES), np.float32)
+    strided[:, ::2] = x
+    transposed = np.asfortranarray(x)
+    losses = []
+    for xs in (x, strided[:, ::2], transposed):
+        assert xs.flags.c_contiguous == (xs is x)
+        with gc.load(artifact) as m:
+            losses.append(m.train_step(xs, y[::-1][::-1]))
+            losses.append(m.predict(xs).tobytes())
+    assert losses[0::2] == [losses[0]] * 3 and losses[1::2] == [losses[1]] * 3
+
+
+def test_use_after_close(artifact):
+    m = gc.load(artifact)
+    m.close()
+    m.close()   # closing twice is fine
+    x, y = good_batch()
+    for call in (lambda: m.train_step(x, y), lambda: m.forward(x), lambda: m.get("W1"), lambda: m.params,
+                 lambda: m.set("W1", np.zeros((6, 5))), lambda: m.save("f"), lambda: m.load("f")):
+        with pytest.raises(gc.GCompileError, match="model 'small' is closed"):
+            call()
+
+
+def test_raw_c_calls_with_bad_arguments(model):
+    """Through cffi, below Model's checks: every entry point answers bad arguments with a code and a message."""
+    lib, h = model.lib, model.handle
+    x, y = good_batch()
+    keep = [ffi.from_buffer(x), ffi.from_buffer(y)]
+    inputs = ffi.new("void*[]", keep)
+    buf = np.zeros(30, np.float32)
+
+    def error(rc):
+        assert rc != 0
+        return ffi.string(lib.gc_last_error()).decode()
+
+    assert error(lib.gc_train_step(h, inputs, 3, ffi.NULL)) == "gc_train_step: expected 2 inputs, got 3"
+    assert error(lib.gc_train_step(h, ffi.NULL, 2, ffi.NULL)) == "gc_train_step: inputs is NULL"
+    assert error(lib.gc_train_step(h, ffi.new("void*[]", [keep[0], ffi.NULL]), 2, ffi.NULL)) == \
+        "gc_train_step: input 1 (y) is NULL"
+    assert error(lib.gc_train_step(ffi.NULL, inputs, 2, ffi.NULL)) == "gc_train_step: model handle is NULL"
+    assert error(lib.gc_forward(h, inputs, 1, ffi.NULL, 1)) == "gc_forward: outputs is NULL"
+    assert error(lib.gc_get_variable(h, b"W1", ffi.from_buffer(buf), 8)) == \
+        "gc_get_variable: variable 'W1' has 120 bytes, got 8"
+    assert error(lib.gc_get_variable(h, ffi.NULL, ffi.from_buffer(buf), 8)) == "gc_get_variable: name is NULL"
+    assert error(lib.gc_set_variable(h, b"W1", ffi.NULL, 120)) == "gc_set_variable: data pointer is NULL"
+    assert error(lib.gc_save(h, ffi.NULL)) == "gc_save: path is NULL"
+    assert error(lib.gc_check_file(ffi.NULL, b"x")) == "gc_check_file: kind and path must not be NULL"
+    assert error(lib.gc_create(ffi.NULL)) == "gc_create: out is NULL"
+    stranger = ffi.cast("gc_model*", ffi.from_buffer(buf))   # memory that never was a model
+    assert error(lib.gc_save(stranger, b"f")) == "gc_save: model handle is not a live model (destroyed, or never " \
+                                                  "created)"
+
+    created = ffi.new("gc_model**")
+    assert lib.gc_create(created) == 0
+    dead = created[0]
+    lib.gc_destroy(dead)
+    lib.gc_destroy(dead)   # a second destroy is ignored
+    assert "not a live model" in error(lib.gc_train_step(dead, inputs, 2, ffi.NULL))
+
+
+def test_load_errors(artifact, tmp_path):
+    with pytest.raises(gc.GCompileError, match="expected one manifest"):
+        gc.load(tmp_path)
+    (tmp_path / "x.json").write_text("{")
+    with pytest.raises(gc.GCompileError, match="not a gcompile manifest"):
+        gc.load(tmp_path / "x.json")
+    manifest = json.loads(open(artifact.manifest).read())
+    manifest["artifact"]["library"] = str(tmp_path / "gone.so")
+    (tmp_path / "x.json").write_text(json.dumps(manifest))
+    with pytest.raises(gc.GCompileError, match=r"gone.so: cannot read the compiled library \(No such file or "
+                                               r"directory\); was the build directory moved or deleted?"):
+        gc.load(tmp_path / "x.json")
+    manifest["sanitize"] = True
+    (tmp_path / "x.json").write_text(json.dumps(manifest))
+    with pytest.raises(gc.GCompileError, match="built with sanitize=True; .* LD_PRELOAD"):
+        gc.load(tmp_path / "x.json")
