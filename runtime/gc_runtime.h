@@ -66,7 +66,7 @@ static int gc_fail(int code, const char* fmt, ...) {
 
 // ---- the device: present, able to run this program's kernels, memory ----------------------------------
 #ifdef GC_CUDA
-__global__ void gc_probe_kernel() {}
+static __global__ void gc_probe_kernel() {}
 
 // Before anything else: is there a device, and does this program hold kernels it can run (machine code for
 // its architecture, or PTX its driver can compile)? Both failures otherwise surface later as puzzles.
