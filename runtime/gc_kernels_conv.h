@@ -2,6 +2,8 @@
 // Each function computes ONE output element by a gather, so the generated `map` kernels call it in their
 // loop (a grid-stride loop on cuda, an OpenMP loop on the cpu): no atomics, a fixed summation order (window
 // offsets kh, kw in row-major order, as the numpy reference sums), the same code on both targets.
+// The index type I is the loop's: `int` when every tensor of the op has fewer than 2^30 elements (lower.py),
+// which makes the divisions of the index arithmetic 32-bit (64-bit ones are several times slower on a GPU).
 //   gc_im2col_at         patches (N, C*KH*KW, OH*OW) of images (N, C, H, W); zero padding
 //   gc_col2im_at         its adjoint: a pixel is the sum of the patch entries that copied it
 //   gc_pool_at           max (padding is -inf) or average (padding counts as 0) over a window
@@ -11,11 +13,11 @@
 // Shape of one window op: images (n, c, h, w), kernel (kh, kw), output windows (oh, ow), stride, padding.
 struct gc_window { int n, c, h, w, kh, kw, oh, ow, stride, pad; };
 
-template <typename T>
-GC_HD inline T gc_im2col_at(const T* __restrict__ x, gc_window s, int64_t i) {
-    const int64_t windows = (int64_t)s.oh * s.ow, rows = (int64_t)s.c * s.kh * s.kw;
+template <typename T, typename I>
+GC_HD inline T gc_im2col_at(const T* __restrict__ x, gc_window s, I i) {
+    const I windows = (I)s.oh * s.ow, rows = (I)s.c * s.kh * s.kw;
     const int q = (int)(i % windows), r = (int)(i / windows % rows);
-    const int64_t n = i / windows / rows;
+    const I n = i / windows / rows;
     const int c = r / (s.kh * s.kw), kh = r / s.kw % s.kh, kw = r % s.kw;
     const int h = q / s.ow * s.stride - s.pad + kh, w = q % s.ow * s.stride - s.pad + kw;
     return (h >= 0 && h < s.h && w >= 0 && w < s.w) ? x[((n * s.c + c) * s.h + h) * s.w + w] : T(0);
@@ -30,11 +32,11 @@ GC_HD inline bool gc_window_of(gc_window s, int h, int w, int kh, int kw, int* o
     return *oh < s.oh && *ow < s.ow;
 }
 
-template <typename T>
-GC_HD inline T gc_col2im_at(const T* __restrict__ cols, gc_window s, int64_t i) {
+template <typename T, typename I>
+GC_HD inline T gc_col2im_at(const T* __restrict__ cols, gc_window s, I i) {
     const int w = (int)(i % s.w), h = (int)(i / s.w % s.h);
-    const int64_t image = i / s.w / s.h;  // n * C + c: the rows of channel c are contiguous in the patches
-    const int64_t windows = (int64_t)s.oh * s.ow;
+    const I image = i / s.w / s.h;  // n * C + c: the rows of channel c are contiguous in the patches
+    const I windows = (I)s.oh * s.ow;
     const T* rows = cols + image * s.kh * s.kw * windows;
     T acc = 0;
     for (int kh = 0; kh < s.kh; kh++)
@@ -60,8 +62,8 @@ GC_HD inline int gc_window_argmax(const T* __restrict__ plane, gc_window s, int 
     return best;
 }
 
-template <typename T, bool MAX>
-GC_HD inline T gc_pool_at(const T* __restrict__ x, gc_window s, int64_t i) {
+template <typename T, bool MAX, typename I>
+GC_HD inline T gc_pool_at(const T* __restrict__ x, gc_window s, I i) {
     const int ow = (int)(i % s.ow), oh = (int)(i / s.ow % s.oh);
     const T* plane = x + i / s.ow / s.oh * s.h * s.w;
     T acc = MAX ? T(-INFINITY) : T(0);
@@ -76,10 +78,10 @@ GC_HD inline T gc_pool_at(const T* __restrict__ x, gc_window s, int64_t i) {
 }
 
 // d(pool)/d(pixel i) given g (N, C, OH, OW); x is the pooled input (read by max only).
-template <typename T, bool MAX>
-GC_HD inline T gc_pool_grad_at(const T* __restrict__ x, const T* __restrict__ g, gc_window s, int64_t i) {
+template <typename T, bool MAX, typename I>
+GC_HD inline T gc_pool_grad_at(const T* __restrict__ x, const T* __restrict__ g, gc_window s, I i) {
     const int w = (int)(i % s.w), h = (int)(i / s.w % s.h);
-    const int64_t image = i / s.w / s.h;
+    const I image = i / s.w / s.h;
     const T* grad = g + image * s.oh * s.ow;
     T acc = 0;
     for (int kh = 0; kh < s.kh; kh++)

@@ -79,6 +79,12 @@ def blocks_for(n: int, per_block: int = BLOCK) -> int:
     return max(1, min((n + per_block - 1) // per_block, 8192))
 
 
+def index_type(nodes) -> str:
+    """C type of a kernel's loop indices: `int` when every tensor it touches has fewer than 2^30 elements (the
+    grid-stride loops then cannot overflow either), which keeps the index arithmetic's divisions 32-bit."""
+    return "int" if max(n.size for n in nodes) < 2 ** 30 else "int64_t"
+
+
 def c_name(node: Node, index: int) -> str:
     return f"k{index}_{re.sub(r'[^0-9A-Za-z_]', '_', node.name)}"
 
@@ -171,7 +177,7 @@ class Lowering:
     # each becomes a `map` kernel: out[i] = expr(i).
     def map_kernel(self, node: Node, expr: str):
         return "map", {"out": self.pointer(node, const=False), "n": node.size, "expr": expr,
-                       "blocks": blocks_for(node.size)}
+                       "blocks": blocks_for(node.size), "index": index_type((node, *node.inputs))}
 
     def window(self, node: Node, image_shape) -> str:
         """The gc_window literal of a window op over images of `image_shape` (N, C, H, W)."""
@@ -408,6 +414,8 @@ class GroupCode:
                               [strides(lay.domain)[d] for d in lay.axes]) if lay.axes else "0"
         return {
             "slices": lay.slices, "length": lay.length, "base": base, "offset": offset,
+            "index": "int64_t" if lay.slices * lay.length >= 2 ** 30 else
+                     index_type([x for m in self.members for x in (m, *m.inputs)]),
             "sx": sx, "sy": sy, "blocks": 1 if global_accs else blocks_for(lay.slices, sx),
             "prelude": prelude, "phases": body_phases, "element_loop": element_loop,
             "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,
