@@ -410,13 +410,14 @@ def normalize_axes(axis, ndim: int, op: str, x: Node) -> tuple:
 # ---------------------------------------------------------------------------------------------
 # Traversal and printing
 # ---------------------------------------------------------------------------------------------
-def topological_order(outputs: Iterable[Node]) -> list[Node]:
-    """Inputs before users; deterministic: depth-first from the outputs, inputs in order."""
-    order, seen = [], set()
+def topological_order(outputs: Iterable[Node], inputs_of=lambda node: node.inputs, done=()) -> list[Node]:
+    """Inputs before users; deterministic: depth-first from the outputs, inputs in order. `inputs_of(node)`
+    names the edges to follow (default: all inputs); nodes in `done` and what only they reach are left out."""
+    order, seen = [], set(done)
     for root in outputs:
         if root in seen:
             continue
-        stack = [(root, iter(root.inputs))]
+        stack = [(root, iter(inputs_of(root)))]
         seen.add(root)
         while stack:
             node, it = stack[-1]
@@ -426,7 +427,7 @@ def topological_order(outputs: Iterable[Node]) -> list[Node]:
                 order.append(node)
             else:
                 seen.add(child)
-                stack.append((child, iter(child.inputs)))
+                stack.append((child, iter(inputs_of(child))))
     return order
 
 

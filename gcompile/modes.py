@@ -10,7 +10,7 @@ rebuilt the same way. gc.Program specializes its train step and its eval outputs
 from __future__ import annotations
 
 from .errors import GCompileError
-from .graph import Node
+from .graph import Node, topological_order
 
 MODES = ("train", "eval")
 
@@ -42,22 +42,7 @@ def specialize(outputs, mode: str) -> tuple[list[Node], list[Node]]:
 def selected_order(roots, picked: int, done) -> list[Node]:
     """Nodes reachable from roots and not in `done`, inputs first, through the picked input of each
     mode_select only (a value of the other mode is never built, and its updates never join)."""
-    order, seen = [], set(done)
-    for root in roots:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(inputs_of(root, picked)))]
-        while stack:
-            node, it = stack[-1]
-            child = next((c for c in it if c not in seen), None)
-            if child is None:
-                stack.pop()
-                order.append(node)
-            else:
-                seen.add(child)
-                stack.append((child, iter(inputs_of(child, picked))))
-    return order
+    return topological_order(roots, lambda node: inputs_of(node, picked), done)
 
 
 def inputs_of(node: Node, picked: int):

@@ -10,6 +10,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import gcompile as gc
 from gcompile import checkpoint as ck
@@ -199,3 +200,16 @@ BAD_CHECKPOINTS = {  # name: (bytes given the model, the message, as a regex)
 
 def flip(data: bytes, at: int) -> bytes:
     return data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1:]
+
+
+# --- fixtures shared by test_checkpoint.py and test_validation.py (imported there) ------------------------
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    return gc.compile(small_program(), target="cpu", out_dir=tmp_path_factory.mktemp("small"))
+
+
+@pytest.fixture
+def model(artifact):
+    with gc.load(artifact) as m:
+        yield m

@@ -8,18 +8,8 @@ import pytest
 
 import gcompile as gc
 from gcompile import checkpoint as ck
+from reliability import artifact, model  # noqa: F401 - pytest fixtures
 from reliability import BAD_CHECKPOINTS, BATCH, CLASSES, FEATURES, resealed, small_program
-
-
-@pytest.fixture(scope="module")
-def artifact(tmp_path_factory):
-    return gc.compile(small_program(), target="cpu", out_dir=tmp_path_factory.mktemp("small"))
-
-
-@pytest.fixture
-def model(artifact):
-    with gc.load(artifact) as m:
-        yield m
 
 
 def batches(n, seed=0):

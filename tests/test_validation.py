@@ -11,19 +11,9 @@ import pytest
 import gcompile as gc
 from gcompile.cli import main as gcompile_main
 from gcompile.loader import ffi
+from reliability import artifact, model  # noqa: F401 - pytest fixtures
 from reliability import (BATCH, CLASSES, DATASET_CASES, FEATURES, IMAGES, LABELS, damaged_dataset, idx_bytes,
                          run_binary, small_program, synthetic_dataset, write_split)
-
-
-@pytest.fixture(scope="module")
-def artifact(tmp_path_factory):
-    return gc.compile(small_program(), target="cpu", out_dir=tmp_path_factory.mktemp("small"))
-
-
-@pytest.fixture
-def model(artifact):
-    with gc.load(artifact) as m:
-        yield m
 
 
 # --- dataset files -------------------------------------------------------------------------------------------
