@@ -69,16 +69,12 @@ static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* 
 }
 
 static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
-    cursor->step = step;
-    cursor->order = order;
-    cursor->shuffle = shuffle;
-    if (sums) sums[0] = sums[1] = 0;
+    gc_cursor_start(cursor, step, order, shuffle, sums);
     return GC_OK;
 }
 
 static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
-    gc_record_loss(sums, *loss);
-    cursor->step += steps;
+    gc_cursor_advance(cursor, steps, loss, sums);
     return GC_OK;
 }
 

@@ -92,12 +92,9 @@ static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* 
     return GC_OK;
 }
 
-// Start a chunk of steps: the cursor's position and order; the epoch's loss sums restart when given.
+// The cursor lives on the device: one thread runs gc_cursor_start / gc_cursor_advance (gc_runtime.h).
 __global__ void gc_set_cursor_kernel(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
-    cursor->step = step;
-    cursor->order = order;
-    cursor->shuffle = shuffle;
-    if (sums) sums[0] = sums[1] = 0;
+    gc_cursor_start(cursor, step, order, shuffle, sums);
 }
 
 static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
@@ -106,10 +103,8 @@ static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shu
     return GC_OK;
 }
 
-// End a replayed chunk of `steps` steps: record its last loss and advance the cursor past it.
 __global__ void gc_steps_done_kernel(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
-    gc_record_loss(sums, *loss);
-    cursor->step += steps;
+    gc_cursor_advance(cursor, steps, loss, sums);
 }
 
 static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {

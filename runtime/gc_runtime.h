@@ -239,6 +239,20 @@ GC_HD static inline void gc_record_loss(double* sums, float loss) {
     sums[1] = loss;
 }
 
+// Start a chunk of steps: the cursor's position and order; the epoch's loss sums restart when given.
+GC_HD static inline void gc_cursor_start(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
+    cursor->step = step;
+    cursor->order = order;
+    cursor->shuffle = shuffle;
+    if (sums) sums[0] = sums[1] = 0;
+}
+
+// End a chunk of `steps` steps: record its last loss and advance the cursor past it.
+GC_HD static inline void gc_cursor_advance(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
+    gc_record_loss(sums, *loss);
+    cursor->step += steps;
+}
+
 // The index of the largest of row[0..classes) (the first one wins, as numpy's argmax).
 GC_HD static inline int gc_argmax(const float* row, int classes) {
     int best = 0;
