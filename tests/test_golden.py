@@ -11,8 +11,7 @@ import pytest
 
 import gcompile as gc
 
-RTOL, ATOL = 1e-4, 1e-5
-TARGETS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+from golden import TARGETS, assert_compiled_matches_numpy, assert_training_matches_numpy, graph_of_cases
 
 
 def op_cases():
@@ -69,32 +68,13 @@ def op_cases():
 
 def build_all():
     """One graph holding every op and the gradient of each w.r.t. its float inputs."""
-    outputs, feeds = [], {}
-    for name, build, inputs in op_cases():
-        places = []
-        for i, value in enumerate(inputs):
-            dtype = "int32" if value.dtype.kind in "iu" else "float32"
-            p = gc.placeholder(f"{name}_in{i}", value.shape, dtype=dtype)
-            places.append(p)
-            feeds[p] = value.astype(dtype)
-        out = build(*places)
-        outputs.append(out)
-        floats = [p for p in places if p.dtype == "float32"]
-        if out.dtype == "float32" and floats and name != "cast":
-            weights = gc.constant(np.random.RandomState(1).uniform(-1, 1, out.shape), dtype="float32")
-            outputs += gc.gradients(gc.reduce_sum(out * weights), floats)
-    return outputs, feeds
+    return graph_of_cases(op_cases(), no_gradient={"cast"})
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_op_and_its_gradient_matches_numpy(target, tmp_path, monkeypatch):
     monkeypatch.setenv("GCOMPILE_CACHE", str(tmp_path))
-    outputs, feeds = build_all()
-    expected = gc.NumpyExecutor(outputs).run(feeds)
-    got = gc.Executor(outputs, target=target).run(feeds)
-    assert len(got) == len(outputs)
-    for node, e, g in zip(outputs, expected, got):
-        np.testing.assert_allclose(g, e, rtol=RTOL, atol=ATOL, err_msg=node.describe())
+    assert_compiled_matches_numpy(*build_all(), target)
 
 
 def mlp(batch, hidden, classes=10, features=20, momentum=0.0):
@@ -122,19 +102,9 @@ def test_training_steps_match_numpy(target, hidden, momentum, tmp_path):
     model = gc.load(gc.compile(program, target=target, out_dir=tmp_path))
     reference = gc.NumpyExecutor(program.train_outputs)
     r = np.random.RandomState(3)
-    for step in range(5):
-        x = r.uniform(0, 1, (64, 20)).astype(np.float32)
-        y = r.randint(0, 10, 64).astype(np.int32)
-        got = model.train_step(x, y)
-        (want,) = reference.run({"x": x, "y": y})[:1]
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"loss at step {step}")
-    for name, value in model.params.items():
-        np.testing.assert_allclose(value, reference.variables[name], rtol=RTOL, atol=ATOL, err_msg=name)
-    logits = model.predict(x)
-    ref_logits = gc.NumpyExecutor([program.outputs["logits"]])
-    for name in ref_logits.variables:
-        ref_logits.set_variable(name, reference.variables[name])
-    np.testing.assert_allclose(logits, ref_logits.run({"x": x})[0], rtol=RTOL, atol=ATOL)
+    batches = [(r.uniform(0, 1, (64, 20)).astype(np.float32), r.randint(0, 10, 64).astype(np.int32))
+               for _ in range(5)]
+    assert_training_matches_numpy(program, model, reference, batches)
 
 
 def test_cuda_target_compiles_with_nvcc(tmp_path):

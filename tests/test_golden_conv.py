@@ -17,8 +17,7 @@ import pytest
 import gcompile as gc
 from conftest import load_example
 
-RTOL, ATOL = 1e-4, 1e-5
-TARGETS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+from golden import TARGETS, assert_compiled_matches_numpy, assert_training_matches_numpy, graph_of_cases
 
 
 def conv_cases():
@@ -48,24 +47,13 @@ def conv_cases():
 
 
 def build_all():
-    outputs, feeds = [], {}
-    for name, build, inputs in conv_cases():
-        places = [gc.placeholder(f"{name}_in{i}", v.shape) for i, v in enumerate(inputs)]
-        feeds.update({p: v.astype(np.float32) for p, v in zip(places, inputs)})
-        out = build(*places)
-        weights = gc.constant(np.random.RandomState(1).uniform(-1, 1, out.shape), dtype="float32")
-        outputs += [out] + gc.gradients(gc.reduce_sum(out * weights), places)
-    return outputs, feeds
+    return graph_of_cases(conv_cases())
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_conv_ops_and_gradients_match_numpy(target, tmp_path, monkeypatch):
     monkeypatch.setenv("GCOMPILE_CACHE", str(tmp_path))
-    outputs, feeds = build_all()
-    expected = gc.NumpyExecutor(outputs).run(feeds)
-    got = gc.Executor(outputs, target=target).run(feeds)
-    for node, e, g in zip(outputs, expected, got):
-        np.testing.assert_allclose(g, e, rtol=RTOL, atol=ATOL, err_msg=node.describe())
+    assert_compiled_matches_numpy(*build_all(), target)
 
 
 def tiny_convnet_adam():
@@ -100,19 +88,10 @@ def test_training_steps_match_numpy(network, target, tmp_path):
     model.set("total_steps", 4)  # a 4-step schedule: 3 steps cross the step schedule's milestones
     reference.set_variable("total_steps", 4)
     r = np.random.RandomState(3)
-    for step in range(3):
-        x = r.randint(0, 256, (8, 784)).astype(np.float32) / 256
-        y = r.randint(0, 10, 8).astype(np.int32)
-        got = model.train_step(x, y)
-        want = reference.run({"x": x, "y": y})[0]
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"loss at step {step}")
-    for name, value in model.params.items():
-        np.testing.assert_allclose(value, reference.variables[name], rtol=RTOL, atol=ATOL, err_msg=name)
+    batches = [(r.randint(0, 256, (8, 784)).astype(np.float32) / 256, r.randint(0, 10, 8).astype(np.int32))
+               for _ in range(3)]
+    assert_training_matches_numpy(program, model, reference, batches)
     assert model.get("step") == 3
-    evaluate = gc.NumpyExecutor([program.outputs["logits"]], mode="eval")
-    for name in evaluate.variables:
-        evaluate.set_variable(name, reference.variables[name])
-    np.testing.assert_allclose(model.predict(x), evaluate.run({"x": x})[0], rtol=RTOL, atol=ATOL)
 
 
 def test_cuda_target_compiles_with_nvcc(tmp_path):
