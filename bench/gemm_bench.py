@@ -214,7 +214,9 @@ def run(quick: bool = False, sweep: bool = False, workdir: str | None = None) ->
         work.mkdir(parents=True, exist_ok=True)
         exe = build(cases, work, trials=5 if quick else 9)
         with open(work / "raw.jsonl", "w") as raw:   # line by line as cases finish (kept with --workdir)
-            proc = subprocess.run([str(exe)], stdout=raw, stderr=subprocess.PIPE, text=True, timeout=1800)
+            # GC_NO_PDL: back-to-back launches of one GEMM must not overlap their launches (cuBLAS's do not)
+            proc = subprocess.run([str(exe)], stdout=raw, stderr=subprocess.PIPE, text=True, timeout=1800,
+                                  env=dict(os.environ, GC_NO_PDL="1"))
         stdout = (work / "raw.jsonl").read_text()
     lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or len(lines) != len(cases) + 1 or any("error" in r for r in lines):

@@ -195,6 +195,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     __shared__ __align__(16) T smem[PIPE > RED ? PIPE : RED];
     T* As = smem;
     T* Bs = smem + 2 * BK * LDA;
+    gc_wait_prior();
 
     // What the static shape settles at compile time: dimensions the tile divides need no bounds checks,
     // and a contiguous dimension that is no multiple of W rules out 16-byte loads.
@@ -398,24 +399,14 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
         return gc_fail(GC_ERR_ARG, "gc_gemm: M=%d N=%d batch=%d is too large for one launch", M, N, batch);
     dim3 grid((unsigned)tiles, 1, batch * S);
-    if (S == 1) {
-        gc_gemm_kernel<T, TA, TB, Tile, Ep><<<grid, Tile::THREADS>>>(p);
-    } else {
-        if (!gc_cluster_launch_supported())
-            return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM splits K over a thread-block cluster, which this "
-                           "GPU cannot launch (sm_90 or newer needed)");
-        cudaLaunchConfig_t config = {};
-        cudaLaunchAttribute cluster[1];
-        cluster[0].id = cudaLaunchAttributeClusterDimension;
-        cluster[0].val.clusterDim.x = 1;
-        cluster[0].val.clusterDim.y = 1;
-        cluster[0].val.clusterDim.z = S;
-        config.gridDim = grid;
-        config.blockDim = dim3(Tile::THREADS);
-        config.attrs = cluster;
-        config.numAttrs = 1;
-        GC_CUDA_TRY(cudaLaunchKernelEx(&config, gc_gemm_kernel<T, TA, TB, Tile, Ep>, p));
-    }
-    GC_LAUNCH_CHECK();
-    return GC_OK;
+    if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, p);
+    if (!gc_cluster_launch_supported())
+        return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM splits K over a thread-block cluster, which this "
+                       "GPU cannot launch (sm_90 or newer needed)");
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = S;
+    return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, &cluster, 1, p);
 }

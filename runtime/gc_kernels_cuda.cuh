@@ -50,6 +50,7 @@ __global__ void gc_gather_kernel(const IMG* __restrict__ images, const int32_t* 
                                  const gc_cursor* __restrict__ cursor, int64_t first, int count, int row,
                                  float scale, float* __restrict__ x, int32_t* __restrict__ y, int batch,
                                  const float* __restrict__ loss, double* __restrict__ sums) {
+    gc_wait_prior();
     const int b = blockIdx.x;
     const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
     const IMG* in = images + (int64_t)src * row;
@@ -82,35 +83,27 @@ static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* 
     // vector moves need rows that keep 16-byte alignment of the float output: images and x start 256-aligned
     const int vectors = row % 4 == 0 ? row / 4 : row;
     const int threads = vectors < 256 ? (vectors + 31) / 32 * 32 : 256;
-    if (row % 4 == 0)
-        gc_gather_kernel<IMG, 4><<<batch, threads>>>(images, labels, cursor, first, count, row, scale, x, y, batch,
-                                                     loss, sums);
-    else
-        gc_gather_kernel<IMG, 1><<<batch, threads>>>(images, labels, cursor, first, count, row, scale, x, y, batch,
-                                                     loss, sums);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
+    return gc_launch(row % 4 == 0 ? gc_gather_kernel<IMG, 4> : gc_gather_kernel<IMG, 1>, batch, threads, images, labels,
+                     cursor, first, count, row, scale, x, y, batch, loss, sums);
 }
 
 // The cursor lives on the device: one thread runs gc_cursor_start / gc_cursor_advance (gc_runtime.h).
 __global__ void gc_set_cursor_kernel(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
+    gc_wait_prior();
     gc_cursor_start(cursor, step, order, shuffle, sums);
 }
 
 static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
-    gc_set_cursor_kernel<<<1, 1>>>(cursor, step, order, shuffle, sums);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
+    return gc_launch(gc_set_cursor_kernel, 1, 1, cursor, step, order, shuffle, sums);
 }
 
 __global__ void gc_steps_done_kernel(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
+    gc_wait_prior();
     gc_cursor_advance(cursor, steps, loss, sums);
 }
 
 static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
-    gc_steps_done_kernel<<<1, 1>>>(cursor, steps, loss, sums);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
+    return gc_launch(gc_steps_done_kernel, 1, 1, cursor, steps, loss, sums);
 }
 
 // correct (+)= number of rows b < count whose argmax(logits[b]) equals y[b] (first maximum wins, as numpy);
@@ -118,6 +111,7 @@ static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, do
 __global__ void gc_count_correct_kernel(const float* __restrict__ logits, const int32_t* __restrict__ y,
                                         int count, int classes, int64_t* correct, int first) {
     __shared__ int64_t shared[GC_BLOCK];
+    gc_wait_prior();
     int64_t hits = 0;
     for (int b = threadIdx.x; b < count; b += GC_BLOCK)
         hits += gc_argmax(logits + (size_t)b * classes, classes) == y[b];
@@ -127,7 +121,5 @@ __global__ void gc_count_correct_kernel(const float* __restrict__ logits, const 
 
 static int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
                             int first) {
-    gc_count_correct_kernel<<<1, GC_BLOCK>>>(logits, y, count, classes, correct, first);
-    GC_LAUNCH_CHECK();
-    return GC_OK;
+    return gc_launch(gc_count_correct_kernel, 1, GC_BLOCK, logits, y, count, classes, correct, first);
 }

@@ -64,6 +64,66 @@ static int gc_fail(int code, const char* fmt, ...) {
 #define GC_LAUNCH_CHECK() do {} while (0)
 #endif
 
+#ifdef GC_CUDA
+// Programmatic dependent launch (sm_90): a step is a chain of small kernels, and the gap between one
+// kernel's end and the next one's first instruction sits on its critical path. Kernels are launched with
+// the programmatic-serialization attribute, so the next kernel's launch is prepared while this one runs.
+// Every kernel starts with gc_wait_prior(): it returns once the previous kernel has completed and its writes
+// are visible, so nothing is read or written early (and the wait is transitive: the previous kernel itself
+// waited for its predecessor). No kernel triggers its dependents explicitly (griddepcontrol.launch_dependents):
+// measured on an H100, triggering right after the wait made the MLP's batch-1000 step 28% slower (the next
+// kernel's waiting blocks hold SM resources), while the implicit trigger at each block's exit gave 2-7% over
+// plain launches (MLP 43.4 -> 40.9 us at batch 128, 87.4 -> 85.2 at 1000; logreg 14.9 -> 13.8). Before
+// sm_90 the wait is a no-op and the attribute is not set: launches serialize as usual.
+__device__ __forceinline__ void gc_wait_prior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Whether kernels of this device may launch early (asked once; GC_NO_PDL=1 turns it off, for comparisons).
+static bool gc_pdl_supported() {
+    static int supported = -1;
+    if (supported < 0) {
+        int dev = 0, major = 0;
+        const char* off = getenv("GC_NO_PDL");
+        supported = !(off && *off && strcmp(off, "0") != 0) && cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    major >= 9;
+        cudaGetLastError();
+    }
+    return supported == 1;
+}
+
+// Launch kernel<<<grid, block, smem>>>(args...) on the current (per-thread default) stream, with the
+// attributes in `extra` and, where supported, programmatic serialization against the previous kernel.
+template <typename... Params, typename... Args>
+static int gc_launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, cudaLaunchAttribute* extra, int n_extra,
+                        Args... args) {
+    cudaLaunchAttribute attrs[4];
+    int n = 0;
+    for (int i = 0; i < n_extra && n < 3; i++) attrs[n++] = extra[i];
+    if (gc_pdl_supported()) {
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = 0;
+    config.stream = cudaStreamPerThread;
+    config.attrs = attrs;
+    config.numAttrs = n;
+    GC_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, ((Params)args)...));
+    return GC_OK;
+}
+template <typename... Params, typename... Args>
+static int gc_launch(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+    return gc_launch_ex(kernel, grid, block, (cudaLaunchAttribute*)0, 0, args...);
+}
+#endif
+
 // ---- the device: present, able to run this program's kernels, memory ----------------------------------
 #ifdef GC_CUDA
 static __global__ void gc_probe_kernel() {}
