@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 import gcompile as gc
-from gcompile.passes.lower import BLOCK, UNROLL, VECTOR, lower
+from gcompile.passes.lower import BLOCK, VECTOR, lower
 from gcompile.pipeline import compile_program
 
-TILE = BLOCK * UNROLL * VECTOR
+TILE = BLOCK * VECTOR
 TARGETS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def broadcast_map():
-    """(outputs, feeds): a map over (300, 70) = 10 whole tiles and a tail of 520 elements, reading two
+    """(outputs, feeds): a map over (300, 70) = 20 whole tiles of 1024 and a tail of 520 elements, reading two
     operands at the element's index, a row, a column and a transposed operand."""
     r = np.random.RandomState(3)
     x, y = gc.placeholder("x", (300, 70)), gc.placeholder("y", (300, 70))
@@ -47,9 +47,9 @@ def test_aligned_operands_move_as_vectors_and_the_tail_is_scalar():
     # x and y as vectors; the row, the column and the transpose per element, by their own index
     assert [a["name"] for a in v["loads"]] == ["in0", "in1"] and [a["name"] for a in v["stores"]] == ["out0"]
     body = "\n".join(v["body"])
-    assert body.startswith("const float v0 = (float)((in0[u].v[j] * in1[u].v[j]));")
+    assert body.startswith("const float v0 = (float)((in0.v[j] * in1.v[j]));")
     assert "[((o % 70))]" in body and "[(o / 70)]" in body and "[(o / 70) + ((o % 70)) * 300]" in body
-    assert v["body"][-1].startswith("out0[u].v[j] = ")
+    assert v["body"][-1].startswith("out0.v[j] = ")
 
 
 class Shifted:
