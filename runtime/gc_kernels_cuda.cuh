@@ -5,6 +5,12 @@
 
 #define GC_BLOCK 256
 
+// V consecutive elements of T moved as one access (a float4 for V = 4 floats): the map kernels' vector loop.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) gc_vec {
+    T v[V];
+};
+
 // Sum (or max) of v over the SY threads y of column x, thread t = x + SX * y of a block of SX * SY threads,
 // in a fixed tree order; every thread of the column gets the result. `scratch` holds SX * SY values of T.
 template <typename T, bool MAX, int SX, int SY>
