@@ -7,7 +7,8 @@
 //     loop reads 16-byte vectors of A and B (fp32: a TM x TN register block per thread) or tf32 fragments
 //     (mma.sync m16n8k8, a TM x TN tile per warp); rows are padded by 8 words so the fragment loads are
 //     free of bank conflicts;
-//   * the epilogue functor is applied to each sum as it is stored (bias, ReLU, masks fuse here);
+//   * the epilogue functor is applied to each sum before it is stored (bias, ReLU, masks fuse here), to all of
+//     a thread's sums before the first store, so that the functor's loads are in flight together;
 //   * split-K: the SPLIT blocks of a cluster each sum a slice of K, then each reduces a slice of the tile's
 //     rows over the cluster's shared memories in rank order 0..SPLIT-1. No atomics anywhere: results are
 //     bit-for-bit reproducible.
@@ -37,6 +38,15 @@ __device__ __forceinline__ void gc_st16(float* p, const float* o) {
 }
 __device__ __forceinline__ void gc_st16(double* p, const double* o) {
     *reinterpret_cast<double2*>(p) = make_double2(o[0], o[1]);
+}
+// Stores of C (global memory) as 16- or 8-byte vectors: the plain vector assignment of gc_st16 comes out of
+// nvcc as scalar stores there, the st.global intrinsics do not.
+__device__ __forceinline__ void gc_stg(float* p, const float* o, int n) {
+    if (n == 4) __stwb(reinterpret_cast<float4*>(p), make_float4(o[0], o[1], o[2], o[3]));
+    else __stwb(reinterpret_cast<float2*>(p), make_float2(o[0], o[1]));
+}
+__device__ __forceinline__ void gc_stg(double* p, const double* o, int) {
+    __stwb(reinterpret_cast<double2*>(p), make_double2(o[0], o[1]));
 }
 // RUN consecutive elements (RUN * sizeof(T) bytes, aligned to that).
 template <int RUN, typename T>
@@ -159,22 +169,30 @@ struct gc_gemm_stage {
     }
 };
 
-// Store RUN results of row m, columns n..n+RUN-1 (n a multiple of RUN) through the epilogue. CM / CN: the
-// tile may overhang the matrix in that dimension. vec: C's rows allow aligned RUN-wide stores.
+// The epilogue of RUN results of row m, columns n..n+RUN-1, in place (outputs outside the matrix are left
+// alone: the functor may read operands there). Then their store: n a multiple of RUN; CM / CN: the tile may
+// overhang the matrix in that dimension; vec: C's rows allow aligned RUN-wide stores. A thread applies the
+// epilogue to all its runs before it stores any: the functor's loads (a bias, a mask) may alias C as far as
+// the compiler knows, so interleaved with the stores each would wait for the one before it.
 template <int RUN, bool CM, bool CN, typename T, class Ep>
-__device__ __forceinline__ void gc_gemm_store(T* C, const Ep& ep, int b, int m, int n, int M, int N,
-                                              const T* v, bool vec) {
+__device__ __forceinline__ void gc_gemm_epilogue(const Ep& ep, int b, int m, int n, int M, int N, T* v) {
+    if (CM && m >= M) return;
+#pragma unroll
+    for (int r = 0; r < RUN; r++)
+        if (!CN || n + r < N) v[r] = ep(b, m, n + r, v[r]);
+}
+template <int RUN, bool CM, bool CN, typename T>
+__device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, const T* v, bool vec) {
     if (CM && m >= M) return;
     T* row = C + (size_t)m * N;
     if (vec && (!CN || n < N)) {   // vec: N is a multiple of 4, so the whole run is inside
-        T o[RUN];
+        constexpr int V = RUN * sizeof(T) >= 16 ? 16 / sizeof(T) : RUN;   // elements per vector store
 #pragma unroll
-        for (int r = 0; r < RUN; r++) o[r] = ep(b, m, n + r, v[r]);
-        gc_st_run<RUN>(row + n, o);
+        for (int h = 0; h < RUN; h += V) gc_stg(row + n + h, v + h, V);
     } else {
 #pragma unroll
         for (int r = 0; r < RUN; r++)
-            if (!CN || n + r < N) row[n + r] = ep(b, m, n + r, v[r]);
+            if (!CN || n + r < N) row[n + r] = v[r];
     }
 }
 
@@ -189,7 +207,9 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     static_assert(TC ? (TM % 16 == 0 && TN % 8 == 0) : (TM % 4 == 0 && TN % 4 == 0),
                   "gc_gemm: per-thread (fp32) or per-warp (tf32) tile not a multiple of 4x4 (16x8)");
     static_assert(S >= 1 && S <= 8 && BM % S == 0 && BN % 4 == 0, "gc_gemm: split must be 1..8 and divide BM");
-    constexpr int LDA = BM + 8, LDB = BN + 8;    // tf32 fragment loads hit 32 distinct banks
+    // Row padding: tf32 fragment loads hit 32 distinct banks with 8 words; fp32 blocks are read along rows
+    // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
+    constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
     constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
     static_assert((PIPE > RED ? PIPE : RED) * sizeof(T) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
     __shared__ __align__(16) T smem[PIPE > RED ? PIPE : RED];
@@ -335,35 +355,51 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
                 for (int j = 0; j < NI; j++)
 #pragma unroll
                     for (int h = 0; h < 2; h++)
-                        f(wm * TM + i * 16 + gid + 8 * h, wn * TN + j * 8 + 2 * tig, (const T*)&tacc[i][j][2 * h]);
+                        f(wm * TM + i * 16 + gid + 8 * h, wn * TN + j * 8 + 2 * tig, (T*)&tacc[i][j][2 * h]);
         }
     };
 
     if constexpr (S == 1) {
-        for_runs([&](int row, int col, const T* v) {
-            gc_gemm_store<RUN, !EM, !EN>(C, p.ep, b, m0 + row, n0 + col, M, N, v, p.vc);
-        });
+        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, v); });
+        for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, !EM, !EN>(C, m0 + row, n0 + col, M, N, v, p.vc); });
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
         __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
 #else
         // Partial tiles to shared memory (the loop's last barrier freed it); then block `rank` of the
         // cluster sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order.
-        for_runs([&](int row, int col, const T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
+        for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
         gc_cluster_sync();
-        constexpr int RS = BM / S;
+        // A thread's runs of 4 (rows of the slice, 4 columns each): summed, through the epilogue, stored.
+        constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;
         const int rank = (int)gc_cluster_rank();
-        for (int e = threadIdx.x; e < RS * BN / 4; e += THREADS) {
-            const int row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
-            T sum[4] = {};
+        T sum[PER][4] = {};
+        auto run_at = [&](int i, int& row, int& col) {
+            const int e = threadIdx.x + i * THREADS;
+            row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
+            return RUNS % THREADS == 0 || e < RUNS;
+        };
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            int row, col;
+            if (!run_at(i, row, col)) continue;
 #pragma unroll
             for (int q = 0; q < S; q++) {
                 T v[4];
                 gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
 #pragma unroll
-                for (int r = 0; r < 4; r++) sum[r] += v[r];
+                for (int r = 0; r < 4; r++) sum[i][r] += v[r];
             }
-            gc_gemm_store<4, !EM, !EN>(C, p.ep, b, m0 + row, n0 + col, M, N, sum, p.vc);
+        }
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            int row, col;
+            if (run_at(i, row, col)) gc_gemm_epilogue<4, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, sum[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            int row, col;
+            if (run_at(i, row, col)) gc_gemm_store<4, !EM, !EN>(C, m0 + row, n0 + col, M, N, sum[i], p.vc);
         }
         gc_cluster_sync();   // no block leaves while another still reads its shared memory
 #endif
