@@ -39,13 +39,12 @@ __device__ __forceinline__ void gc_st16(float* p, const float* o) {
 __device__ __forceinline__ void gc_st16(double* p, const double* o) {
     *reinterpret_cast<double2*>(p) = make_double2(o[0], o[1]);
 }
-// Stores of C (global memory) as 16- or 8-byte vectors: the plain vector assignment of gc_st16 comes out of
-// nvcc as scalar stores there, the st.global intrinsics do not.
-__device__ __forceinline__ void gc_stg(float* p, const float* o, int n) {
-    if (n == 4) __stwb(reinterpret_cast<float4*>(p), make_float4(o[0], o[1], o[2], o[3]));
-    else __stwb(reinterpret_cast<float2*>(p), make_float2(o[0], o[1]));
+// 16-byte stores of C (global memory): the plain float4 assignment of gc_st16 comes out of nvcc as four
+// scalar stores there, the st.global intrinsic does not.
+__device__ __forceinline__ void gc_stg16(float* p, const float* o) {
+    __stwb(reinterpret_cast<float4*>(p), make_float4(o[0], o[1], o[2], o[3]));
 }
-__device__ __forceinline__ void gc_stg(double* p, const double* o, int) {
+__device__ __forceinline__ void gc_stg16(double* p, const double* o) {
     __stwb(reinterpret_cast<double2*>(p), make_double2(o[0], o[1]));
 }
 // RUN consecutive elements (RUN * sizeof(T) bytes, aligned to that).
@@ -181,14 +180,30 @@ __device__ __forceinline__ void gc_gemm_epilogue(const Ep& ep, int b, int m, int
     for (int r = 0; r < RUN; r++)
         if (!CN || n + r < N) v[r] = ep(b, m, n + r, v[r]);
 }
+// An epilogue functor that stores nothing itself may say so (`static constexpr bool prefetch = true;`): the
+// kernel then calls it once on zeros while the first K step's loads are in flight, and waits for its loads
+// there, so that the operands it reads (a mask, a bias) are in L1 when the real epilogue runs.
+template <class...> using gc_void_t = void;
+template <class Ep, class = void> struct gc_ep_prefetch { static constexpr bool value = false; };
+template <class Ep> struct gc_ep_prefetch<Ep, gc_void_t<decltype(Ep::prefetch)>> { static constexpr bool value = Ep::prefetch; };
+// A zero the compiler cannot see through (so that the functor's loads are not folded away), and a value it
+// must have computed at this point.
+__device__ __forceinline__ void gc_opaque_zero(float& x) { asm("mov.b32 %0, 0;" : "=f"(x)); }
+__device__ __forceinline__ void gc_opaque_zero(double& x) { asm("mov.b64 %0, 0;" : "=d"(x)); }
+__device__ __forceinline__ void gc_wait_value(float x) { asm volatile("" :: "f"(x)); }
+__device__ __forceinline__ void gc_wait_value(double x) { asm volatile("" :: "d"(x)); }
+
 template <int RUN, bool CM, bool CN, typename T>
 __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, const T* v, bool vec) {
     if (CM && m >= M) return;
     T* row = C + (size_t)m * N;
     if (vec && (!CN || n < N)) {   // vec: N is a multiple of 4, so the whole run is inside
-        constexpr int V = RUN * sizeof(T) >= 16 ? 16 / sizeof(T) : RUN;   // elements per vector store
+        if constexpr (RUN * sizeof(T) % 16 == 0) {
 #pragma unroll
-        for (int h = 0; h < RUN; h += V) gc_stg(row + n + h, v + h, V);
+            for (int h = 0; h < RUN; h += 16 / sizeof(T)) gc_stg16(row + n + h, v + h);
+        } else {   // tf32 runs of 2 (the plain 8-byte store; the intrinsic costs the 128 x 128 tile spills)
+            gc_st_run<RUN>(row + n, v);
+        }
     } else {
 #pragma unroll
         for (int r = 0; r < RUN; r++)
@@ -317,29 +332,6 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     // the accumulators and two register sets fit; the 8 x 8 fp32 block has work enough to hide a load).
     constexpr int STAGED = (BM * BK + BK * BN) / THREADS, ACCS = TC ? TM * TN / 32 : TM * TN;
     constexpr bool DEEP = ACCS + 2 * STAGED <= 48;
-    if (ktiles > 0) {
-        load(ga0, gb0, 0);
-        store(ga0, gb0, 0);
-    }
-    if (DEEP && ktiles > 1) load(ga1, gb1, 1);
-    if (DEEP && ktiles > 2) load(ga0, gb0, 2);
-    __syncthreads();
-    auto step = [&](int kt, StageA& ga, StageB& gb) {
-        if (!DEEP && kt + 1 < ktiles) load(ga, gb, kt + 1);
-        compute(kt & 1);
-        if (kt + 1 < ktiles) store(ga, gb, (kt + 1) & 1);
-        if (DEEP && kt + 3 < ktiles) load(ga, gb, kt + 3);
-        __syncthreads();
-    };
-    if constexpr (DEEP) {
-        for (int kt = 0; kt < ktiles; kt += 2) {   // by twos: which register set holds a tile is static
-            step(kt, ga1, gb1);
-            if (kt + 1 < ktiles) step(kt + 1, ga0, gb0);
-        }
-    } else {
-        for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
-    }
-
     // The accumulators as runs of RUN consecutive columns at tile coordinates (row, col).
     constexpr int RUN = TC ? 2 : 4;
     auto for_runs = [&](auto&& f) {
@@ -358,6 +350,37 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
                         f(wm * TM + i * 16 + gid + 8 * h, wn * TN + j * 8 + 2 * tig, (T*)&tacc[i][j][2 * h]);
         }
     };
+
+    if (ktiles > 0) load(ga0, gb0, 0);
+    if constexpr (S == 1 && gc_ep_prefetch<Ep>::value) {   // while tile 0 is on its way (split tiles: not yet)
+        for_runs([&](int row, int col, T*) {
+            T zero[RUN];
+#pragma unroll
+            for (int r = 0; r < RUN; r++) gc_opaque_zero(zero[r]);
+            gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, zero);
+#pragma unroll
+            for (int r = 0; r < RUN; r++) gc_wait_value(zero[r]);
+        });
+    }
+    if (ktiles > 0) store(ga0, gb0, 0);
+    if (DEEP && ktiles > 1) load(ga1, gb1, 1);
+    if (DEEP && ktiles > 2) load(ga0, gb0, 2);
+    __syncthreads();
+    auto step = [&](int kt, StageA& ga, StageB& gb) {
+        if (!DEEP && kt + 1 < ktiles) load(ga, gb, kt + 1);
+        compute(kt & 1);
+        if (kt + 1 < ktiles) store(ga, gb, (kt + 1) & 1);
+        if (DEEP && kt + 3 < ktiles) load(ga, gb, kt + 3);
+        __syncthreads();
+    };
+    if constexpr (DEEP) {
+        for (int kt = 0; kt < ktiles; kt += 2) {   // by twos: which register set holds a tile is static
+            step(kt, ga1, gb1);
+            if (kt + 1 < ktiles) step(kt + 1, ga0, gb0);
+        }
+    } else {
+        for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
+    }
 
     if constexpr (S == 1) {
         for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, v); });
