@@ -7,14 +7,17 @@
 // Forward: bias + ReLU (bias alone for the logits); backward: the ReLU mask on the data gradient, where the
 // mask is the forward pre-activation (M, N) and the gradient passes where it is > 0.
 struct ep_bias_relu {
+    static constexpr bool prefetch = true;   // stores nothing itself (gc_gemm_cuda.cuh)
     const float* aux;
     GC_HD float operator()(int, int, int n, float acc) const { return fmaxf(acc + aux[n], 0.f); }
 };
 struct ep_bias {
+    static constexpr bool prefetch = true;   // stores nothing itself (gc_gemm_cuda.cuh)
     const float* aux;
     GC_HD float operator()(int, int, int n, float acc) const { return acc + aux[n]; }
 };
 struct ep_relu_mask {
+    static constexpr bool prefetch = true;   // stores nothing itself (gc_gemm_cuda.cuh)
     const float* aux;
     int ld;
     GC_HD float operator()(int, int m, int n, float acc) const { return aux[(size_t)m * ld + n] > 0.f ? acc : 0.f; }

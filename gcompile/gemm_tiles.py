@@ -56,7 +56,8 @@ class Tile:
         return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}"
 
     def smem_bytes(self, split: int = 1) -> int:
-        pipeline = 2 * self.bk * (self.bm + 8 + self.bn + 8) * 4
+        pad = 8 if self.tf32 else 4   # words a shared-memory row is padded by (gc_gemm_kernel's LDA, LDB)
+        pipeline = 2 * self.bk * (self.bm + pad + self.bn + pad) * 4
         return max(pipeline, self.bm * self.bn * 4 if split > 1 else 0)
 
     def splits(self) -> list[int]:

@@ -7,7 +7,8 @@
 //     loop reads 16-byte vectors of A and B (fp32: a TM x TN register block per thread) or tf32 fragments
 //     (mma.sync m16n8k8, a TM x TN tile per warp); rows are padded by 8 words so the fragment loads are
 //     free of bank conflicts;
-//   * the epilogue functor is applied to each sum as it is stored (bias, ReLU, masks fuse here);
+//   * the epilogue functor is applied to each sum before it is stored (bias, ReLU, masks fuse here), to all of
+//     a thread's sums before the first store, so that the functor's loads are in flight together;
 //   * split-K: the SPLIT blocks of a cluster each sum a slice of K, then each reduces a slice of the tile's
 //     rows over the cluster's shared memories in rank order 0..SPLIT-1. No atomics anywhere: results are
 //     bit-for-bit reproducible.
@@ -37,6 +38,14 @@ __device__ __forceinline__ void gc_st16(float* p, const float* o) {
 }
 __device__ __forceinline__ void gc_st16(double* p, const double* o) {
     *reinterpret_cast<double2*>(p) = make_double2(o[0], o[1]);
+}
+// 16-byte stores of C (global memory): the plain float4 assignment of gc_st16 comes out of nvcc as four
+// scalar stores there, the st.global intrinsic does not.
+__device__ __forceinline__ void gc_stg16(float* p, const float* o) {
+    __stwb(reinterpret_cast<float4*>(p), make_float4(o[0], o[1], o[2], o[3]));
+}
+__device__ __forceinline__ void gc_stg16(double* p, const double* o) {
+    __stwb(reinterpret_cast<double2*>(p), make_double2(o[0], o[1]));
 }
 // RUN consecutive elements (RUN * sizeof(T) bytes, aligned to that).
 template <int RUN, typename T>
@@ -159,22 +168,46 @@ struct gc_gemm_stage {
     }
 };
 
-// Store RUN results of row m, columns n..n+RUN-1 (n a multiple of RUN) through the epilogue. CM / CN: the
-// tile may overhang the matrix in that dimension. vec: C's rows allow aligned RUN-wide stores.
+// The epilogue of RUN results of row m, columns n..n+RUN-1, in place (outputs outside the matrix are left
+// alone: the functor may read operands there). Then their store: n a multiple of RUN; CM / CN: the tile may
+// overhang the matrix in that dimension; vec: C's rows allow aligned RUN-wide stores. A thread applies the
+// epilogue to all its runs before it stores any: the functor's loads (a bias, a mask) may alias C as far as
+// the compiler knows, so interleaved with the stores each would wait for the one before it.
 template <int RUN, bool CM, bool CN, typename T, class Ep>
-__device__ __forceinline__ void gc_gemm_store(T* C, const Ep& ep, int b, int m, int n, int M, int N,
-                                              const T* v, bool vec) {
+__device__ __forceinline__ void gc_gemm_epilogue(const Ep& ep, int b, int m, int n, int M, int N, T* v) {
+    if (CM && m >= M) return;
+#pragma unroll
+    for (int r = 0; r < RUN; r++)
+        if (!CN || n + r < N) v[r] = ep(b, m, n + r, v[r]);
+}
+// An epilogue functor that stores nothing itself may say so (`static constexpr bool prefetch = true;`): the
+// kernel then calls it once on zeros while the first K step's loads are in flight, and waits for its loads
+// there, so that the operands it reads (a mask, a bias) are in L1 when the real epilogue runs.
+template <class...> using gc_void_t = void;
+template <class Ep, class = void> struct gc_ep_prefetch { static constexpr bool value = false; };
+template <class Ep> struct gc_ep_prefetch<Ep, gc_void_t<decltype(Ep::prefetch)>> { static constexpr bool value = Ep::prefetch; };
+// A zero the compiler cannot see through (so that the functor's loads are not folded away), and a value it
+// must have computed at this point.
+__device__ __forceinline__ void gc_opaque_zero(float& x) { asm("mov.b32 %0, 0;" : "=f"(x)); }
+__device__ __forceinline__ void gc_opaque_zero(double& x) { asm("mov.b64 %0, 0;" : "=d"(x)); }
+__device__ __forceinline__ void gc_wait_value(float x) { asm volatile("" :: "f"(x)); }
+__device__ __forceinline__ void gc_wait_value(double x) { asm volatile("" :: "d"(x)); }
+
+template <int RUN, bool CM, bool CN, typename T>
+__device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, const T* v, bool vec) {
     if (CM && m >= M) return;
     T* row = C + (size_t)m * N;
     if (vec && (!CN || n < N)) {   // vec: N is a multiple of 4, so the whole run is inside
-        T o[RUN];
+        if constexpr (RUN * sizeof(T) % 16 == 0) {
 #pragma unroll
-        for (int r = 0; r < RUN; r++) o[r] = ep(b, m, n + r, v[r]);
-        gc_st_run<RUN>(row + n, o);
+            for (int h = 0; h < RUN; h += 16 / sizeof(T)) gc_stg16(row + n + h, v + h);
+        } else {   // tf32 runs of 2 (the plain 8-byte store; the intrinsic costs the 128 x 128 tile spills)
+            gc_st_run<RUN>(row + n, v);
+        }
     } else {
 #pragma unroll
         for (int r = 0; r < RUN; r++)
-            if (!CN || n + r < N) row[n + r] = ep(b, m, n + r, v[r]);
+            if (!CN || n + r < N) row[n + r] = v[r];
     }
 }
 
@@ -189,7 +222,9 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     static_assert(TC ? (TM % 16 == 0 && TN % 8 == 0) : (TM % 4 == 0 && TN % 4 == 0),
                   "gc_gemm: per-thread (fp32) or per-warp (tf32) tile not a multiple of 4x4 (16x8)");
     static_assert(S >= 1 && S <= 8 && BM % S == 0 && BN % 4 == 0, "gc_gemm: split must be 1..8 and divide BM");
-    constexpr int LDA = BM + 8, LDB = BN + 8;    // tf32 fragment loads hit 32 distinct banks
+    // Row padding: tf32 fragment loads hit 32 distinct banks with 8 words; fp32 blocks are read along rows
+    // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
+    constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
     constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
     static_assert((PIPE > RED ? PIPE : RED) * sizeof(T) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
     __shared__ __align__(16) T smem[PIPE > RED ? PIPE : RED];
@@ -298,10 +333,37 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     // the accumulators and two register sets fit; the 8 x 8 fp32 block has work enough to hide a load).
     constexpr int STAGED = (BM * BK + BK * BN) / THREADS, ACCS = TC ? TM * TN / 32 : TM * TN;
     constexpr bool DEEP = ACCS + 2 * STAGED <= 48;
-    if (ktiles > 0) {
-        load(ga0, gb0, 0);
-        store(ga0, gb0, 0);
+    // The accumulators as runs of RUN consecutive columns at tile coordinates (row, col).
+    constexpr int RUN = TC ? 2 : 4;
+    auto for_runs = [&](auto&& f) {
+        if constexpr (!TC) {
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < NI; j++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        f(wm * TM + i * 16 + gid + 8 * h, wn * TN + j * 8 + 2 * tig, (T*)&tacc[i][j][2 * h]);
+        }
+    };
+
+    if (ktiles > 0) load(ga0, gb0, 0);
+    if constexpr (S == 1 && gc_ep_prefetch<Ep>::value) {   // while tile 0 is on its way (split tiles: not yet)
+        for_runs([&](int row, int col, T*) {
+            T zero[RUN];
+#pragma unroll
+            for (int r = 0; r < RUN; r++) gc_opaque_zero(zero[r]);
+            gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, zero);
+#pragma unroll
+            for (int r = 0; r < RUN; r++) gc_wait_value(zero[r]);
+        });
     }
+    if (ktiles > 0) store(ga0, gb0, 0);
     if (DEEP && ktiles > 1) load(ga1, gb1, 1);
     if (DEEP && ktiles > 2) load(ga0, gb0, 2);
     __syncthreads();
@@ -321,50 +383,47 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
     }
 
-    // The accumulators as runs of RUN consecutive columns at tile coordinates (row, col).
-    constexpr int RUN = TC ? 2 : 4;
-    auto for_runs = [&](auto&& f) {
-        if constexpr (!TC) {
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-#pragma unroll
-                for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < MI; i++)
-#pragma unroll
-                for (int j = 0; j < NI; j++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        f(wm * TM + i * 16 + gid + 8 * h, wn * TN + j * 8 + 2 * tig, (const T*)&tacc[i][j][2 * h]);
-        }
-    };
-
     if constexpr (S == 1) {
-        for_runs([&](int row, int col, const T* v) {
-            gc_gemm_store<RUN, !EM, !EN>(C, p.ep, b, m0 + row, n0 + col, M, N, v, p.vc);
-        });
+        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, v); });
+        for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, !EM, !EN>(C, m0 + row, n0 + col, M, N, v, p.vc); });
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
         __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
 #else
         // Partial tiles to shared memory (the loop's last barrier freed it); then block `rank` of the
         // cluster sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order.
-        for_runs([&](int row, int col, const T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
+        for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
         gc_cluster_sync();
-        constexpr int RS = BM / S;
+        // A thread's runs of 4 (rows of the slice, 4 columns each): summed, through the epilogue, stored.
+        constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;
         const int rank = (int)gc_cluster_rank();
-        for (int e = threadIdx.x; e < RS * BN / 4; e += THREADS) {
-            const int row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
-            T sum[4] = {};
+        T sum[PER][4] = {};
+        auto run_at = [&](int i, int& row, int& col) {
+            const int e = threadIdx.x + i * THREADS;
+            row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
+            return RUNS % THREADS == 0 || e < RUNS;
+        };
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            int row, col;
+            if (!run_at(i, row, col)) continue;
 #pragma unroll
             for (int q = 0; q < S; q++) {
                 T v[4];
                 gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
 #pragma unroll
-                for (int r = 0; r < 4; r++) sum[r] += v[r];
+                for (int r = 0; r < 4; r++) sum[i][r] += v[r];
             }
-            gc_gemm_store<4, !EM, !EN>(C, p.ep, b, m0 + row, n0 + col, M, N, sum, p.vc);
+        }
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            int row, col;
+            if (run_at(i, row, col)) gc_gemm_epilogue<4, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, sum[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            int row, col;
+            if (run_at(i, row, col)) gc_gemm_store<4, !EM, !EN>(C, m0 + row, n0 + col, M, N, sum[i], p.vc);
         }
         gc_cluster_sync();   // no block leaves while another still reads its shared memory
 #endif
