@@ -62,8 +62,23 @@ def c_string(text: str) -> str:
     return "\n    ".join(lines) or '""'
 
 
+def share_epilogues(kernels) -> None:
+    """GEMMs whose epilogues are the same code share the first one's functor type (values["ep_type"]; the
+    kernel that defines it has values["ep_defines"]). The eval graph's forward GEMMs repeat the train
+    graph's, so this makes one gc_gemm_kernel instantiation of each instead of two: cicc and ptxas
+    optimize every instantiation separately, and they are most of a cold cuda build (docs/compiler.md)."""
+    first = {}
+    for k in kernels:
+        epilogue = k.values.get("epilogue") if k.kind == "matmul" else None
+        if epilogue:
+            key = json.dumps(epilogue, sort_keys=True)
+            k.values["ep_type"] = first.setdefault(key, f"{k.name}_ep")
+            k.values["ep_defines"] = k.values["ep_type"] == f"{k.name}_ep"
+
+
 def emit(module, plan, kernels, target: str, build_command: str) -> str:
     env = environment()
+    share_epilogues([k for ks in kernels.values() for k in ks])   # in the order they are written
     macros = {}
     for template in ("kernels_common.j2", f"kernels_{target}.j2"):
         mod = env.get_template(template).module
