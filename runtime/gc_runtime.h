@@ -81,6 +81,63 @@ __device__ __forceinline__ void gc_wait_prior() {
 #endif
 }
 
+// ---- a step's branches on several streams (gcompile/passes/streams.py) --------------------------------
+// The generated step runs gc_fork(n): streams 1..n-1 wait for what this thread enqueued before on stream 0
+// (the per-thread default stream, where the runtime's own kernels run); gc_on(s) sends the next launches to
+// stream s; gc_record(e) / gc_wait(e) order kernels across streams through event e; gc_join(n): stream 0
+// waits for streams 1..n-1, and launches go to stream 0 again. Inside a graph capture the forked streams
+// join the capture through the fork's event, so the graph gets the branches. Streams and events belong to
+// the calling thread (as the per-thread default stream does), made once by gc_streams_ready — before a
+// capture begins, since a capture must not create them.
+#define GC_MAX_STREAMS 4
+#define GC_MAX_EVENTS 256
+static thread_local cudaStream_t gc_current_stream = cudaStreamPerThread;
+static thread_local cudaStream_t gc_stream_table[GC_MAX_STREAMS];
+static thread_local cudaEvent_t gc_event_table[GC_MAX_EVENTS + GC_MAX_STREAMS];   // + fork and joins
+static thread_local bool gc_streams_made = false;
+
+static int gc_streams_ready(void) {
+    if (gc_streams_made) return GC_OK;
+    gc_stream_table[0] = cudaStreamPerThread;
+    for (int s = 1; s < GC_MAX_STREAMS; s++)
+        GC_CUDA_TRY(cudaStreamCreateWithFlags(&gc_stream_table[s], cudaStreamNonBlocking));
+    for (int e = 0; e < GC_MAX_EVENTS + GC_MAX_STREAMS; e++)
+        GC_CUDA_TRY(cudaEventCreateWithFlags(&gc_event_table[e], cudaEventDisableTiming));
+    gc_streams_made = true;
+    return GC_OK;
+}
+static int gc_fork(int streams) {
+    gc_current_stream = cudaStreamPerThread;
+    if (streams <= 1) return GC_OK;
+    GC_TRY(gc_streams_ready());
+    cudaEvent_t fork = gc_event_table[GC_MAX_EVENTS];
+    GC_CUDA_TRY(cudaEventRecord(fork, cudaStreamPerThread));
+    for (int s = 1; s < streams; s++) GC_CUDA_TRY(cudaStreamWaitEvent(gc_stream_table[s], fork, 0));
+    return GC_OK;
+}
+static int gc_on(int s) {
+    gc_current_stream = gc_stream_table[s];
+    return GC_OK;
+}
+static int gc_record(int e) {
+    GC_CUDA_TRY(cudaEventRecord(gc_event_table[e], gc_current_stream));
+    return GC_OK;
+}
+static int gc_wait(int e) {
+    GC_CUDA_TRY(cudaStreamWaitEvent(gc_current_stream, gc_event_table[e], 0));
+    return GC_OK;
+}
+// Also the way out of a step that failed half-way (rc != GC_OK): launches go to stream 0 again.
+static int gc_join(int streams, int rc) {
+    gc_current_stream = cudaStreamPerThread;
+    for (int s = 1; rc == GC_OK && s < streams; s++) {
+        cudaEvent_t join = gc_event_table[GC_MAX_EVENTS + s];
+        GC_CUDA_TRY(cudaEventRecord(join, gc_stream_table[s]));
+        GC_CUDA_TRY(cudaStreamWaitEvent(cudaStreamPerThread, join, 0));
+    }
+    return rc;
+}
+
 // Whether kernels of this device may launch early (asked once; GC_NO_PDL=1 turns it off, for comparisons).
 static bool gc_pdl_supported() {
     static int supported = -1;
@@ -95,7 +152,8 @@ static bool gc_pdl_supported() {
     return supported == 1;
 }
 
-// Launch kernel<<<grid, block, smem>>>(args...) on the current (per-thread default) stream, with the
+// Launch kernel<<<grid, block, smem>>>(args...) on the current stream (gc_on; the per-thread default stream
+// outside a step's branches), with the
 // attributes in `extra` and, where supported, programmatic serialization against the previous kernel.
 template <typename... Params, typename... Args>
 static int gc_launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, cudaLaunchAttribute* extra, int n_extra,
@@ -112,7 +170,7 @@ static int gc_launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, cudaLa
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = 0;
-    config.stream = cudaStreamPerThread;
+    config.stream = gc_current_stream;
     config.attrs = attrs;
     config.numAttrs = n;
     GC_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, ((Params)args)...));
@@ -122,6 +180,13 @@ template <typename... Params, typename... Args>
 static int gc_launch(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
     return gc_launch_ex(kernel, grid, block, (cudaLaunchAttribute*)0, 0, args...);
 }
+#else
+// The cpu target runs a step's kernels one after another in schedule order.
+static int gc_fork(int) { return GC_OK; }
+static int gc_on(int) { return GC_OK; }
+static int gc_record(int) { return GC_OK; }
+static int gc_wait(int) { return GC_OK; }
+static int gc_join(int, int rc) { return rc; }
 #endif
 
 // ---- the device: present, able to run this program's kernels, memory ----------------------------------
@@ -373,6 +438,7 @@ static void gc_graphs_free(gc_graphs* g) {
 static int gc_capture(gc_graph_exec* out, gc_enqueue_fn enqueue, void* ctx, int64_t length, const char* what) {
     cudaGraph_t graph = NULL;
     *out = NULL;
+    GC_TRY(gc_streams_ready());   // a step's branches need them, and the capture must not make them
     GC_CUDA_TRY(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
     int rc = enqueue(ctx, length);
     cudaError_t e = cudaStreamEndCapture(cudaStreamPerThread, &graph);

@@ -62,6 +62,9 @@ class Shifted:
     def offset_of(self, node, schedule=None):
         return self.plan.offset_of(node, schedule) + (self.by if node.name == self.name else 0)
 
+    def __getattr__(self, attr):   # everything else as the plan has it
+        return getattr(self.plan, attr)
+
 
 def test_a_misaligned_operand_is_read_per_element():
     outputs, _ = broadcast_map()

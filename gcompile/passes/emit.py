@@ -14,6 +14,7 @@ from .. import __version__
 from ..resources import package_dir
 from ..graph import Node
 from .lower import C_TYPES, c_literal
+from .streams import assign_streams
 
 DTYPE_CODES = {"uint8": 0, "int32": 1, "float32": 2, "float64": 4}
 
@@ -79,6 +80,7 @@ def share_epilogues(kernels) -> None:
 def emit(module, plan, kernels, target: str, build_command: str) -> str:
     env = environment()
     share_epilogues([k for ks in kernels.values() for k in ks])   # in the order they are written
+    streams = {d: assign_streams(ks) if target == "cuda" else 1 for d, ks in kernels.items()}
     macros = {}
     for template in ("kernels_common.j2", f"kernels_{target}.j2"):
         mod = env.get_template(template).module
@@ -137,6 +139,7 @@ def emit(module, plan, kernels, target: str, build_command: str) -> str:
         "lower_bound": plan.lower_bound, "naive_bytes": plan.naive_bytes, "layout": layout,
         "kernels": [k for ks in kernels.values() for k in ks], "K": macros,
         "train": kernels.get("train", []), "eval": kernels.get("eval", []),
+        "train_streams": streams.get("train", 1), "eval_streams": streams.get("eval", 1),
         "variables": variables, "train_inputs": train_inputs, "eval_inputs": eval_inputs,
         "eval_outputs": eval_outputs, "constants": constants, "defines": defines,
         "manifest_c_string": c_string(json.dumps(module.manifest, indent=1)),

@@ -22,10 +22,9 @@ from ..ops import get_op
 from .fuse import REDUCTIONS, Group, Layout, strides
 from ..ops.conv import windows_of
 from ..ops.random import dropout_threshold
-from .plan_memory import is_literal, storage_root
+from .plan_memory import NO_KERNEL, is_literal, storage_root
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "uint8": "uint8_t"}
-NO_KERNEL = {"placeholder", "variable", "constant", "reshape", "group_output"}
 BLOCK = 256                      # threads per block of every fused kernel (GC_BLOCK in the runtime)
 VECTOR = 4                       # elements per vector access of a map kernel (16 bytes of float32)
 GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
@@ -40,6 +39,8 @@ class Kernel:
     values: dict = field(default_factory=dict)
     details: list = field(default_factory=list)   # the graph nodes it implements, with shapes (comment lines)
     group: str | None = None     # the fused group it computes (fuse.py), e.g. "g3"
+    reads: list = field(default_factory=list)    # arena byte ranges [start, end) it reads
+    writes: list = field(default_factory=list)   # and writes (streams.py orders kernels by them)
 
 
 def c_literal(value, dtype: str) -> str:
@@ -134,11 +135,25 @@ class Lowering:
         if method is None:
             raise GCompileError(f"lower: no kernel for op {node.op!r} (node {node.describe()})")
         kind, values = method(node)
+        reads = self.ranges(node.inputs)
         if node.op != "fused":
-            return Kernel(kind, c_name(node, index), f"{self.direction}: {describe(node)}", values)
+            writes = self.ranges([node])
+            return Kernel(kind, c_name(node, index), f"{self.direction}: {describe(node)}", values,
+                          reads=reads, writes=writes)
         group = node.attrs["group"]
+        results = group.results or [r for s in group.segments for r in s.results]
         return Kernel(kind, c_name(node, index), f"{self.direction}: {group.describe()} {group.kind}: "
-                      f"{group.kernel_text()}", values, [describe(m) for m in group.members], group.describe())
+                      f"{group.kernel_text()}", values, [describe(m) for m in group.members], group.describe(),
+                      reads=reads, writes=self.ranges(results))
+
+    def ranges(self, nodes) -> list[tuple[int, int]]:
+        """The arena byte ranges holding these nodes' values (views and assigns resolved; literals have none)."""
+        out = set()
+        for n in nodes:
+            if not is_literal(storage_root(n)):
+                b = self.plan.buffer_of(n, self.direction)
+                out.add((b.offset, b.offset + b.size))
+        return sorted(out)
 
     def lower_matmul(self, node: Node):
         return "matmul", self.gemm(node, node.inputs, self.pointer(node, const=False), None)

@@ -1,0 +1,73 @@
+"""streams: the step's kernels as independent branches, launched on several CUDA streams.
+
+A step is one chain of kernels in schedule order, but parts of it do not depend on each other: in an MLP's
+backward pass, a layer's weight gradient (and its SGD update) and the gradient flowing to the layer below
+read the same values and write different buffers. Launched on different streams, such kernels run side by
+side; a captured CUDA graph keeps them as parallel branches. At batch 128 most kernels fill a fraction of
+the GPU, so this shortens the step.
+
+Kernel j must run after an earlier kernel i (schedule order) when their arena bytes conflict: i writes
+bytes that j reads or writes, or i reads bytes that j writes. Bytes, not values: the memory plan reuses a
+dead value's buffer, and that reuse orders kernels too. The transitive reduction of that graph gives each
+kernel its direct predecessors. Streams are assigned in schedule order: a kernel continues the stream whose
+last kernel is its latest predecessor; one without such a stream opens a new one (at most MAX_STREAMS,
+then the stream whose last kernel is oldest); it waits on an event recorded after each predecessor on
+another stream. The step begins with a fork (every stream used waits for what came before on stream 0,
+where the runtime's own kernels run) and ends with a join (stream 0 waits for every other stream), so
+steps still follow each other in order.
+
+The cpu target runs kernels in schedule order; the stream calls are no-ops there.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+MAX_STREAMS = 4      # GC_MAX_STREAMS in runtime/gc_runtime.h
+MAX_EVENTS = 256     # GC_MAX_EVENTS
+
+
+def conflicts(a, b) -> bool:
+    """Whether kernel a (earlier) and kernel b (later) must run in that order."""
+    def overlap(xs, ys):
+        return any(x0 < y1 and y0 < x1 for x0, x1 in xs for y0, y1 in ys)
+    return overlap(a.writes, b.reads + b.writes) or overlap(a.reads, b.writes)
+
+
+def order_graph(kernels) -> nx.DiGraph:
+    """Kernel index i -> j when j must follow i, transitively reduced."""
+    g = nx.DiGraph()
+    g.add_nodes_from(range(len(kernels)))
+    g.add_edges_from((i, j) for j in range(len(kernels)) for i in range(j) if conflicts(kernels[i], kernels[j]))
+    return nx.transitive_reduction(g)
+
+
+def assign_streams(kernels, max_streams: int = MAX_STREAMS) -> int:
+    """Set each kernel's values["stream"], values["waits"] (events to wait for before it) and values["record"]
+    (the event recorded after it, or None); returns the number of streams used. Events are numbered per step."""
+    g = order_graph(kernels)
+    stream, tails = {}, []            # tails[s]: index of the last kernel on stream s
+    for j in range(len(kernels)):
+        preds = set(g.predecessors(j))
+        following = [s for s, t in enumerate(tails) if t in preds]
+        if following:                          # continue the branch of the latest predecessor
+            s = max(following, key=lambda s: tails[s])
+        elif len(tails) < max_streams:         # a new branch
+            s = len(tails)
+            tails.append(j)
+        else:                                  # all streams taken: the one idle longest
+            s = min(range(len(tails)), key=lambda s: tails[s])
+        tails[s] = j
+        stream[j] = s
+    events = {}
+    for j, k in enumerate(kernels):
+        waits = [i for i in sorted(g.predecessors(j)) if stream[i] != stream[j]]
+        for i in waits:
+            events.setdefault(i, len(events))
+        k.values["stream"], k.values["waits"] = stream[j], [events[i] for i in waits]
+    if len(events) > MAX_EVENTS:     # more cross-stream edges than the runtime has events: one stream
+        for k in kernels:
+            k.values.update(stream=0, waits=[], record=None)
+        return 1
+    for j, k in enumerate(kernels):
+        k.values["record"] = events.get(j)
+    return len(tails)

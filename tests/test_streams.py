@@ -1,0 +1,114 @@
+"""streams: a step's kernels on several streams. Every two kernels whose arena bytes conflict must stay
+ordered (same stream in schedule order, or an event between them); kernels of independent branches may run
+side by side; the memory plan shares buffers only along dependences while that fits its slack. The
+compiled results are the golden tests' business (cpu here, cuda on the GPU machine)."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gcompile.passes.lower import Kernel, lower
+from gcompile.passes.plan_memory import CONCURRENT_SLACK
+from gcompile.passes.streams import MAX_STREAMS, assign_streams, conflicts
+from gcompile.pipeline import compile_program
+from graphs import mlp_program
+
+
+def kernel(reads=(), writes=()) -> Kernel:
+    return Kernel("fused", "k", "", reads=list(reads), writes=list(writes))
+
+
+def happens_before(kernels) -> list[set]:
+    """For each kernel, the kernels certain to have completed when it starts, as the runtime orders them:
+    the earlier kernels of its stream, and whatever preceded the record of each event it waits for."""
+    done, tail, recorded = [], {}, {}
+    for j, k in enumerate(kernels):
+        s = k.values.get("stream", 0)
+        before = set()
+        if s in tail:
+            before |= done[tail[s]] | {tail[s]}
+        for e in k.values.get("waits", []):
+            i = recorded[e]
+            before |= done[i] | {i}
+        done.append(before)
+        tail[s] = j
+        if k.values.get("record") is not None:
+            recorded[k.values["record"]] = j
+    return done
+
+
+def assert_ordered(kernels):
+    done = happens_before(kernels)
+    for j in range(len(kernels)):
+        for i in range(j):
+            if conflicts(kernels[i], kernels[j]):
+                assert i in done[j], f"kernels {i} and {j} conflict but may run at the same time"
+
+
+def test_conflicts_are_read_after_write_write_after_read_and_write_after_write():
+    a = kernel(reads=[(0, 100)], writes=[(100, 200)])
+    assert conflicts(a, kernel(reads=[(150, 160)]))                 # reads what a wrote
+    assert conflicts(a, kernel(writes=[(50, 60)]))                  # overwrites what a read
+    assert conflicts(a, kernel(writes=[(199, 300)]))                # overwrites what a wrote
+    assert not conflicts(a, kernel(reads=[(0, 100)], writes=[(200, 300)]))   # both read: independent
+
+
+def test_a_diamond_runs_its_two_middle_kernels_on_two_streams():
+    ks = [kernel(writes=[(0, 10)]),                                 # 0 writes A
+          kernel(reads=[(0, 10)], writes=[(10, 20)]),               # 1 reads A, writes B
+          kernel(reads=[(0, 10)], writes=[(20, 30)]),               # 2 reads A, writes C: independent of 1
+          kernel(reads=[(10, 30)], writes=[(30, 40)])]              # 3 reads B and C
+    assert assign_streams(ks) == 2
+    assert ks[1].values["stream"] != ks[2].values["stream"]
+    assert_ordered(ks)
+    assert 1 not in happens_before(ks)[2]
+
+
+def test_a_chain_stays_on_one_stream():
+    ks = [kernel(reads=[(i, i + 1)], writes=[(i + 1, i + 2)]) for i in range(6)]
+    assert assign_streams(ks) == 1
+    assert all(k.values["waits"] == [] and k.values["record"] is None for k in ks)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 11), max_size=3), st.lists(st.integers(0, 11), max_size=2)),
+                max_size=24))
+def test_every_conflict_stays_ordered(spec):
+    """Random kernels over 12 one-byte buffers: whatever the streams, conflicting kernels stay ordered."""
+    ks = [kernel([(b, b + 1) for b in reads], [(b, b + 1) for b in writes]) for reads, writes in spec]
+    n = assign_streams(ks)
+    assert 1 <= n <= MAX_STREAMS or not ks
+    assert all(0 <= k.values["stream"] < max(n, 1) for k in ks)
+    assert_ordered(ks)
+
+
+def test_mlp_backward_runs_branches_side_by_side_within_the_memory_slack():
+    """Batch 128: the weight gradient of the last layer (and its update) runs beside the gradient flowing to
+    the layer below, and the first layer's weight gradient beside the other updates; the plan pays for it
+    with at most CONCURRENT_SLACK of the lower bound."""
+    src = compile_program(mlp_program(128), "cuda")
+    kernels = lower(src.schedules, src.plan)["train"]
+    assert assign_streams(kernels) >= 3
+    assert_ordered(kernels)
+    done = happens_before(kernels)
+    parallel = [(i, j) for j in range(len(kernels)) for i in range(j) if i not in done[j]]
+    assert len(parallel) >= 3
+    assert src.plan.arena_bytes <= CONCURRENT_SLACK * src.plan.lower_bound
+
+
+def test_the_plan_falls_back_to_the_schedule_order_when_branches_cost_too_much():
+    """Batch 1000: keeping h2 apart from dh1 would pass the slack (x is most of the persistent region, and
+    the temporaries grow by 0.4 MB), so buffers are shared along the schedule: arena = lower bound, and the
+    dh1 GEMM waits for the last reader of h2's buffer."""
+    src = compile_program(mlp_program(1000), "cuda")
+    assert src.plan.arena_bytes == src.plan.lower_bound
+    kernels = lower(src.schedules, src.plan)["train"]
+    assign_streams(kernels)
+    assert_ordered(kernels)
+
+
+def test_cpu_programs_run_kernels_in_schedule_order_and_cuda_ones_branch():
+    calls = ("GC_TRY(gc_on(", "GC_TRY(gc_record(", "GC_TRY(gc_wait(")
+    cpu, cuda = (compile_program(mlp_program(128), target).source for target in ("cpu", "cuda"))
+    assert "GC_TRY(gc_fork(1))" in cpu and not any(c in cpu for c in calls)
+    assert "GC_TRY(gc_fork(4))" in cuda and all(c in cuda for c in calls)
