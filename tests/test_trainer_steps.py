@@ -143,7 +143,7 @@ def test_manifest_counts_the_kernels_of_each_step(artifact):
     manifest = json.loads(open(artifact.manifest).read())
     source = open(artifact.source).read()
     for graph in ("train", "eval"):
-        body = re.search(rf"static int gc_run_{graph}\(unsigned char\* A\) \{{(.*?)\n}}", source, re.S).group(1)
+        body = re.search(rf"GC_SHARED int gc_run_{graph}\(unsigned char\* A\) \{{(.*?)\n}}", source, re.S).group(1)
         assert manifest["kernels"][graph] == body.count("GC_TRY(") > 0
     assert manifest["kernels"]["train"] > manifest["kernels"]["eval"]
 
