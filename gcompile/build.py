@@ -1,6 +1,7 @@
 """build: write the generated source, the initial parameters and the manifest, then compile the source
-once to an object and link it twice — a shared library (the C ABI, for gc.load) and a standalone binary
-(the training command line). Builds are cached by a hash of source + flags + compiler version.
+to objects (cpu: one; cuda: two parts side by side, see part_commands) and link them twice — a shared
+library (the C ABI, for gc.load) and a standalone binary (the training command line). Builds are cached by
+a hash of source + every command + compiler versions.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -108,6 +110,58 @@ def compile_flags(target: str, arch: str | None, cudart: str = "static",
     return compiler, ["-O3", "-std=c++17", "-fopenmp", "-fPIC", "-fvisibility=hidden"], ["-fopenmp"]
 
 
+def cuda_includes(nvcc: str) -> tuple[str, ...] | None:
+    """The include flags nvcc gives its host compiler (the CUDA runtime's headers), as `nvcc --dryrun`
+    prints them; None when it does not say (or there is no nvcc)."""
+    path = shutil.which(nvcc)
+    return nvcc_includes(path) if path else None
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_includes(path: str) -> tuple[str, ...] | None:
+    try:
+        out = subprocess.run([path, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    flags = []
+    for line in (out.stdout + out.stderr).splitlines():
+        for name in ("INCLUDES", "SYSTEM_INCLUDES"):
+            if line.startswith(f"#$ {name}="):
+                flags += shlex.split(line[len(f"#$ {name}="):])
+    return tuple(flags) if any(f.startswith("-I") for f in flags) else None
+
+
+def part_commands(target: str, compiler: str, flags: list[str]) -> list[list[str]]:
+    """compiler + flags of each object the source is compiled to; the compiles run side by side. cpu: one.
+    cuda: two parts of the one source (runtime/gc_runtime.h): nvcc compiles the kernels part (GC_PART_KERNELS:
+    the kernels, their launchers, the steps) and the host C++ compiler, with the CUDA runtime's headers, the
+    host part (GC_PART_HOST: error messages, data, checkpoints, CUDA graphs, the C ABI, the trainer). Inside
+    one nvcc run the host compile starts only after cicc and ptxas (it embeds their machine code); the host
+    part's compile runs beside them instead (docs/compiler.md, "Compile time"). Where nvcc does not say
+    where its headers are, nvcc compiles the whole source."""
+    includes = cuda_includes(compiler) if target == "cuda" else None
+    if includes is None:
+        return [[compiler, *flags]]
+    # nvcc's settings for its own host compile: -O1, C++17, position independent, hidden symbols, and the
+    # macro that --default-stream per-thread defines (the runtime API's calls then use the per-thread stream)
+    host = [os.environ.get("CXX", "c++"), "-x", "c++", "-O1", "-std=c++17", "-fPIC", "-fvisibility=hidden",
+            "-DCUDA_API_PER_THREAD_DEFAULT_STREAM=1", *includes, "-DGC_PART_HOST"]
+    return [[compiler, *flags, "-DGC_PART_KERNELS"], host]
+
+
+def build_command(parts: list[list[str]]) -> str:
+    """The compile commands as the source's header shows them ('&': side by side)."""
+    return " & ".join(" ".join(p) for p in parts)
+
+
+def build_settings(target: str, compiler: str, flags: list[str], link_flags: list[str]) -> list[str]:
+    """Every command of a build and every compiler's version: what the build caches are keyed by."""
+    parts = part_commands(target, compiler, flags)
+    versions = [compiler_version(c) for c in dict.fromkeys([compiler] + [p[0] for p in parts])]
+    return [" ".join(p) for p in parts] + [" ".join([compiler, *link_flags]), *versions]
+
+
 def write_if_changed(path: Path, data: bytes) -> None:
     """Generated files are rewritten only when their content changes (keeps timestamps meaningful)."""
     if path.exists() and path.read_bytes() == data:
@@ -160,31 +214,35 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
-    version = compiler_version(compiler)
+    settings = build_settings(target, compiler, flags, link_flags)
+    parts = part_commands(target, compiler, flags)
 
     source = out / f"{module.name}{SUFFIX[target]}"
     write_if_changed(source, compiled.source.encode())
     init = out / module.init_file
     write_checkpoint(init, initial_checkpoint(module))
-    binary, library, obj = out / module.name, out / f"lib{module.name}.so", out / f"{module.name}.o"
+    binary, library = out / module.name, out / f"lib{module.name}.so"
+    objects = [out / f"{module.name}.{i}.o" for i in range(len(parts))]
 
-    key = hashlib.sha256("\0".join([compiled.source, " ".join(flags), " ".join(link_flags), version]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([compiled.source, *settings]).encode()).hexdigest()
     key_file = out / f".{module.name}.build-key"
     cached = key_file.exists() and key_file.read_text() == key and binary.exists() and library.exists()
     if not cached:
         key_file.unlink(missing_ok=True)
         program_key_file(out, module.name).unlink(missing_ok=True)
         stub = package_dir("runtime") / "gc_main_stub.cpp"
-        run([[compiler, *flags, "-c", str(source), "-o", str(obj)]], source)
-        run([[compiler, *link_flags, "-shared", str(obj), "-o", str(library)],
-             [compiler, *link_flags, str(obj), str(stub), "-o", str(binary)]], source)
-        obj.unlink(missing_ok=True)
+        run([[*part, "-c", str(source), "-o", str(obj)] for part, obj in zip(parts, objects)], source)
+        run([[compiler, *link_flags, "-shared", *map(str, objects), "-o", str(library)],
+             [compiler, *link_flags, *map(str, objects), str(stub), "-o", str(binary)]], source)
+        for obj in objects:
+            obj.unlink(missing_ok=True)
         key_file.write_text(key)
 
     artifact = Artifact(module.name, target, str(out), str(source), str(binary), str(library),
                         str(out / f"{module.name}.json"), str(init), cached, time.perf_counter() - start)
     manifest = dict(module.manifest, target=target, artifact=asdict(artifact),
-                    compiler=[compiler, *flags], sanitize=sanitize, arena_bytes=compiled.plan.arena_bytes,
+                    compiler=parts[0], host_compiler=parts[1] if len(parts) > 1 else None, sanitize=sanitize,
+                    arena_bytes=compiled.plan.arena_bytes,
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes)
     write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
     if program_key:

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from .build import Artifact, build, cached_artifact, compile_flags, compiler_version
+from .build import Artifact, build, build_command, build_settings, cached_artifact, compile_flags, part_commands
 from .errors import GCompileError
 from .executor import NumpyExecutor
 from .gemm_tiles import check_precision
@@ -33,14 +33,14 @@ def compile(program, target: str = "cuda", out_dir=None, name: str | None = None
         raise GCompileError(f"compile: program name {name!r} must be a C identifier")
     compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
     out_dir = out_dir or Path("build") / name
-    key = fingerprint(program, [compiler, *flags, *link_flags, compiler_version(compiler), name, source,
+    key = fingerprint(program, [*build_settings(target, compiler, flags, link_flags), name, source,
                                 f"precision={precision}"])
     artifact = cached_artifact(out_dir, name, key)
     if artifact is not None:
         return artifact
     from .pipeline import compile_program  # the passes load networkx and jinja2: only when compiling
-    compiled = compile_program(program, target, name, source, build_command=" ".join([compiler, *flags]),
-                               precision=precision)
+    compiled = compile_program(program, target, name, source, precision=precision,
+                               build_command=build_command(part_commands(target, compiler, flags)))
     return build(compiled, out_dir, arch, cudart, program_key=key, sanitize=sanitize)
 
 

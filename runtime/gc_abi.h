@@ -4,6 +4,7 @@
 // listed there. gc_check_file (in gc_main.h, next to the dataset reader it shares) is part of the ABI too.
 // A POSIX mutex, not std::mutex: <mutex> brings in much of the C++ library, which every compiler process
 // (preprocessor, cudafe++, cicc, the host compiler) parses again — about 0.7 s of a cold build.
+#if GC_HOST   // the host part (gc_runtime.h)
 #include <pthread.h>
 
 #define GC_EXPORT extern "C" __attribute__((visibility("default")))
@@ -217,3 +218,4 @@ GC_EXPORT int gc_load(gc_model* m, const char* path) {
     if (!path) return gc_fail(GC_ERR_ARG, "gc_load: path is NULL");
     return gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, &m->state, m->arena);
 }
+#endif   // GC_HOST

@@ -14,6 +14,7 @@
 // Written atomically: a temporary file in the same directory, fsync, rename — an existing checkpoint is
 // never replaced by a partial one, nor by one holding a non-finite float. Loading checks size, checksum, magic,
 // version and the layout hash first, and only then writes into the model, so a bad file leaves it unchanged.
+#if GC_HOST   // the host part (gc_runtime.h)
 
 #define GC_CKPT_VERSION 2u
 #define GC_CKPT_HEADER_BYTES 72
@@ -225,3 +226,4 @@ done:
     free(file);
     return rc;
 }
+#endif   // GC_HOST

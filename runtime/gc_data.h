@@ -1,5 +1,6 @@
 // gc_data.h — host-side readers for .npy (v1-v3, C order, little endian) and uncompressed IDX files.
 // Every header field and the exact byte count are validated; errors name the file and the byte offset.
+#if GC_HOST   // the host part (gc_runtime.h)
 #include <sys/stat.h>
 
 enum { GC_U8 = 0, GC_I32 = 1, GC_F32 = 2, GC_I64 = 3, GC_F64 = 4 };
@@ -226,3 +227,4 @@ static int gc_file_exists(const char* path) {
     if (f) fclose(f);
     return f != NULL;
 }
+#endif   // GC_HOST

@@ -9,6 +9,7 @@
 // C[b] (M, N) = ep(b, m, n, sum_k op(A[b])[m, k] * op(B[b])[k, n]) for b < batch, A[b] = A + b * sa
 // (elements), same for B and C. op(A) is A (M, K), or A^T when TA (A stored (K, M)); op(B) is B (K, N), or
 // B^T when TB (B stored (N, K)). The epilogue's value is what is stored in C[b][m, n].
+#if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 // A tile configuration (gcompile/gemm_tiles.py chooses one per GEMM; the cpu target ignores it).
 //   BM x BN   the tile of C one block computes; K advances in steps of BK.
@@ -41,3 +42,4 @@ static int gc_gemm_check(int M, int N, int K, int batch) {
                        "M=%d N=%d K=%d", M, N, K, Tile::SM, Tile::SN, Tile::SK);
     return GC_OK;
 }
+#endif   // GC_KERNELS

@@ -12,6 +12,7 @@
 //   * split-K: the SPLIT blocks of a cluster each sum a slice of K, then each reduces a slice of the tile's
 //     rows over the cluster's shared memories in rank order 0..SPLIT-1. No atomics anywhere: results are
 //     bit-for-bit reproducible.
+#if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 template <typename T, class Ep>
 struct gc_gemm_params {
@@ -469,3 +470,4 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
     cluster.val.clusterDim.z = S;
     return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, &cluster, 1, p);
 }
+#endif   // GC_KERNELS

@@ -9,6 +9,7 @@
 //   gc_pool_at           max (padding is -inf) or average (padding counts as 0) over a window
 //   gc_pool_grad_at      the pools' gradient at one input pixel; max: the window's first maximum takes it
 //   gc_philox4x32_10     counter-based random words (Salmon et al. 2011); gc_dropout_mask_at, dropout's mask
+#if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 // Shape of one window op: images (n, c, h, w), kernel (kh, kw), output windows (oh, ow), stride, padding.
 struct gc_window { int n, c, h, w, kh, kw, oh, ow, stride, pad; };
@@ -112,3 +113,4 @@ GC_HD inline T gc_dropout_mask_at(int64_t i, int32_t step, uint64_t seed, uint32
     gc_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
     return (c[0] >> 8) >= threshold ? keep : T(0);
 }
+#endif   // GC_KERNELS

@@ -3,6 +3,7 @@
 // accuracy count (the GEMM is gc_gemm_cuda.cuh). Reductions use a fixed-shape tree in shared memory and
 // no atomics on floats, so every run is bit-for-bit reproducible.
 
+#if GC_KERNELS   // the kernels part (gc_runtime.h); the host part sees the trainer's launchers' declarations
 #define GC_BLOCK 256
 
 // V consecutive elements of T moved as one access (a float4 for V = 4 floats): the map kernels' vector loop.
@@ -84,8 +85,8 @@ __global__ void gc_gather_kernel(const IMG* __restrict__ images, const int32_t* 
 }
 
 template <typename IMG>
-static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
-                     int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums) {
+GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
+                        int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums) {
     // vector moves need rows that keep 16-byte alignment of the float output: images and x start 256-aligned
     const int vectors = row % 4 == 0 ? row / 4 : row;
     const int threads = vectors < 256 ? (vectors + 31) / 32 * 32 : 256;
@@ -99,7 +100,7 @@ __global__ void gc_set_cursor_kernel(gc_cursor* cursor, int64_t step, gc_perm or
     gc_cursor_start(cursor, step, order, shuffle, sums);
 }
 
-static int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
+GC_SHARED int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
     return gc_launch(gc_set_cursor_kernel, 1, 1, cursor, step, order, shuffle, sums);
 }
 
@@ -108,7 +109,7 @@ __global__ void gc_steps_done_kernel(gc_cursor* cursor, int64_t steps, const flo
     gc_cursor_advance(cursor, steps, loss, sums);
 }
 
-static int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
+GC_SHARED int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
     return gc_launch(gc_steps_done_kernel, 1, 1, cursor, steps, loss, sums);
 }
 
@@ -125,7 +126,23 @@ __global__ void gc_count_correct_kernel(const float* __restrict__ logits, const 
     if (threadIdx.x == 0) *correct = (first ? 0 : *correct) + hits;
 }
 
-static int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
-                            int first) {
+GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
+                               int first) {
     return gc_launch(gc_count_correct_kernel, 1, GC_BLOCK, logits, y, count, classes, correct, first);
 }
+
+#ifdef GC_PART_KERNELS   // the gathers the host part's trainer calls (gc_main.h: gc_gather_batch)
+template int gc_gather<uint8_t>(const uint8_t*, const int32_t*, const gc_cursor*, int64_t, int, int, float, float*,
+                                int32_t*, int, const float*, double*);
+template int gc_gather<float>(const float*, const int32_t*, const gc_cursor*, int64_t, int, int, float, float*,
+                              int32_t*, int, const float*, double*);
+#endif
+#else   // the host part: the trainer's launchers above, defined in the kernels part
+template <typename IMG>
+GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
+                        int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums);
+GC_SHARED int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums);
+GC_SHARED int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums);
+GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
+                               int first);
+#endif   // GC_KERNELS

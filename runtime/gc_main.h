@@ -13,6 +13,7 @@
 // and is read once per epoch; the evaluation of a split is one graph too. Besides the epoch's end, the host
 // looks at the device only at save points (the checkpoint, the numerical guard's state).
 // Exit status: 0 done, 1 error, 2 bad command line, 3 stopped by a non-finite loss.
+#if GC_HOST   // the host part (gc_runtime.h)
 #include <stdarg.h>
 
 typedef struct {
@@ -686,3 +687,4 @@ GC_EXPORT int gc_main(int argc, char** argv) {
     }
     return 0;
 }
+#endif   // GC_HOST

@@ -13,7 +13,28 @@
 #include <time.h>
 #include <errno.h>
 #include <unistd.h>
-#ifdef __CUDACC__
+// A cuda build compiles this file twice, side by side (gcompile/build.py): nvcc with GC_PART_KERNELS (the
+// kernels, their launchers, the steps) and the host C++ compiler with GC_PART_HOST (the rest: error messages,
+// data, checkpoints, CUDA graphs, the C ABI, the trainer), one object each, linked together. Without either
+// (the cpu target, or nvcc run by hand on the file) one compile holds everything. GC_KERNELS and GC_HOST say
+// whether this compile holds each part; GC_SHARED marks what one part defines and the other calls (hidden:
+// the library exports only the ABI).
+#if defined(GC_PART_KERNELS) || defined(GC_PART_HOST)
+#define GC_SHARED __attribute__((visibility("hidden")))
+#else
+#define GC_SHARED static
+#endif
+#ifdef GC_PART_HOST
+#define GC_KERNELS 0
+#else
+#define GC_KERNELS 1
+#endif
+#ifdef GC_PART_KERNELS
+#define GC_HOST 0
+#else
+#define GC_HOST 1
+#endif
+#if defined(__CUDACC__) || defined(GC_PART_HOST)
 #define GC_CUDA 1
 #include <cuda_runtime.h>
 #endif
@@ -37,15 +58,19 @@ enum {
     GC_ERR_NUMERIC = 6,  // a non-finite loss
 };
 
+#if GC_HOST
 static thread_local char gc_error_message[1024];  // per thread: Python may call from several
 
-static int gc_fail(int code, const char* fmt, ...) {
+GC_SHARED int gc_fail(int code, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(gc_error_message, sizeof gc_error_message, fmt, ap);
     va_end(ap);
     return code;
 }
+#else
+GC_SHARED int gc_fail(int code, const char* fmt, ...);   // the kernels part's messages go to the host part's
+#endif
 
 #define GC_STR_(...) #__VA_ARGS__
 #define GC_STR(...) GC_STR_(__VA_ARGS__)
@@ -64,7 +89,7 @@ static int gc_fail(int code, const char* fmt, ...) {
 #define GC_LAUNCH_CHECK() do {} while (0)
 #endif
 
-#ifdef GC_CUDA
+#if defined(GC_CUDA) && GC_KERNELS
 // Programmatic dependent launch (sm_90): a step is a chain of small kernels, and the gap between one
 // kernel's end and the next one's first instruction sits on its critical path. Kernels are launched with
 // the programmatic-serialization attribute, so the next kernel's launch is prepared while this one runs.
@@ -96,7 +121,7 @@ static thread_local cudaStream_t gc_stream_table[GC_MAX_STREAMS];
 static thread_local cudaEvent_t gc_event_table[GC_MAX_EVENTS + GC_MAX_STREAMS];   // + fork and joins
 static thread_local bool gc_streams_made = false;
 
-static int gc_streams_ready(void) {
+GC_SHARED int gc_streams_ready(void) {
     if (gc_streams_made) return GC_OK;
     gc_stream_table[0] = cudaStreamPerThread;
     for (int s = 1; s < GC_MAX_STREAMS; s++)
@@ -180,6 +205,8 @@ template <typename... Params, typename... Args>
 static int gc_launch(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
     return gc_launch_ex(kernel, grid, block, (cudaLaunchAttribute*)0, 0, args...);
 }
+#elif defined(GC_CUDA)
+GC_SHARED int gc_streams_ready(void);   // the host part's gc_capture makes them before a capture begins
 #else
 // The cpu target runs a step's kernels one after another in schedule order.
 static int gc_fork(int) { return GC_OK; }
@@ -190,12 +217,14 @@ static int gc_join(int, int rc) { return rc; }
 #endif
 
 // ---- the device: present, able to run this program's kernels, memory ----------------------------------
-#ifdef GC_CUDA
+#if defined(GC_CUDA) && !GC_KERNELS
+GC_SHARED int gc_device_check(void);   // it asks about a kernel: in the kernels part
+#elif defined(GC_CUDA)
 static __global__ void gc_probe_kernel() {}
 
 // Before anything else: is there a device, and does this program hold kernels it can run (machine code for
 // its architecture, or PTX its driver can compile)? Both failures otherwise surface later as puzzles.
-static int gc_device_check(void) {
+GC_SHARED int gc_device_check(void) {
     int count = 0, device = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -222,6 +251,7 @@ static int gc_device_check(void) {
 static int gc_device_check(void) { return GC_OK; }
 #endif
 
+#if GC_HOST   // memory and the clock: the host part
 // The only place the program allocates on the device.
 static int gc_device_alloc(void** out, size_t bytes, const char* what) {
 #ifdef GC_CUDA
@@ -289,6 +319,7 @@ static double gc_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+#endif   // GC_HOST
 
 // ---- the training order: a keyed bijection of [0, n), a pure function of (seed, epoch) --------------
 // The trainer's gather kernel evaluates it for every batch row, so there is no index array and no host
@@ -301,6 +332,7 @@ typedef struct {
     uint32_t n;        // the permutation is of [0, n)
 } gc_perm;
 
+#if GC_HOST   // the host makes the keys, the kernels apply the permutation
 static uint64_t gc_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -317,6 +349,7 @@ static gc_perm gc_perm_make(uint64_t seed, uint64_t epoch, uint32_t n) {
     p.n = n;
     return p;
 }
+#endif   // GC_HOST
 
 GC_HD static inline uint32_t gc_hash32(uint32_t x) {   // lowbias32
     x ^= x >> 16; x *= 0x7FEB352Du;
@@ -385,6 +418,7 @@ GC_HD static inline int gc_argmax(const float* row, int classes) {
     return best;
 }
 
+#if GC_HOST   // from here to the end: the host part only
 // ---- CUDA graphs: capture a piece of work once, replay it ---------------------------------------------
 // Work is described by an enqueue function that launches `length` units of it (training steps, eval
 // batches). With graphs on, the first request for a (kind, tag, length) captures what the function
@@ -558,4 +592,4 @@ static int gc_timer_stop(gc_timer* t, double* seconds) {
 #endif
     return GC_OK;
 }
-
+#endif   // GC_HOST

@@ -1,10 +1,15 @@
-"""build: cache hits, BuildError reporting, the initial-parameter checkpoint, what the cuda program includes."""
+"""build: cache hits, BuildError reporting, the initial-parameter checkpoint, what the cuda program includes,
+the cuda build's two parts."""
+import json
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
 import gcompile as gc
+from gcompile import build
 from gcompile.checkpoint import read_checkpoint
 from gcompile.pipeline import compile_program
 
@@ -64,3 +69,36 @@ def test_cuda_program_includes_no_cpp_library_header():
     headers = re.findall(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', source, re.M)
     assert "cuda_runtime.h" in headers and "stdio.h" in headers
     assert [h for h in headers if not h.endswith(".h")] == []
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc is not installed")
+def test_cuda_build_compiles_two_parts_that_export_only_the_abi(tmp_path, monkeypatch):
+    """Compile time: nvcc compiles the kernels part of the one source while the host C++ compiler compiles
+    the host part (build.part_commands). What one part calls in the other is hidden: the library exports
+    the C ABI only. A failing host part names its command and the source; the cache key holds its command;
+    nvcc alone still compiles the whole source."""
+    broken = tmp_path / "broken-cc"
+    broken.write_text("#!/bin/sh\necho 'broken-cc: internal error' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("CXX", str(broken))
+    with pytest.raises(gc.BuildError) as info:
+        gc.compile(tiny_program(), target="cuda", arch="sm_90", out_dir=tmp_path / "broken")
+    assert info.value.command[0] == str(broken) and "-DGC_PART_HOST" in info.value.command
+    assert info.value.source_path.endswith("tiny.cu") and "broken-cc: internal error" in info.value.stderr
+    monkeypatch.delenv("CXX")
+
+    artifact = gc.compile(tiny_program(), target="cuda", arch="sm_90", out_dir=tmp_path / "out")
+    manifest = json.loads(open(artifact.manifest).read())
+    assert manifest["compiler"][0] == "nvcc" and "-DGC_PART_KERNELS" in manifest["compiler"]
+    assert manifest["host_compiler"][0] != "nvcc" and "-DGC_PART_HOST" in manifest["host_compiler"]
+    compiler, flags, link_flags = build.compile_flags("cuda", "sm_90")
+    assert " ".join(manifest["host_compiler"]) in build.build_settings("cuda", compiler, flags, link_flags)
+    source = open(artifact.source).read()
+    abi = set(re.findall(r"^GC_EXPORT [^(\n]*?\b(gc_\w+)\(", source, re.M))
+    assert {"gc_create", "gc_train_step", "gc_last_error", "gc_main"} <= abi
+    nm = subprocess.run(["nm", "-D", "--defined-only", artifact.library], capture_output=True, text=True, check=True)
+    assert {line.split()[-1] for line in nm.stdout.splitlines()} == abi
+
+    whole = subprocess.run([compiler, *flags, "-c", artifact.source, "-o", str(tmp_path / "whole.o")],
+                           capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr[-4000:]
