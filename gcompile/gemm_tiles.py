@@ -1,9 +1,8 @@
 """gemm_tiles: the tile configuration of each GEMM (the `Tile` argument of gc_gemm, runtime/gc_gemm.h).
 
 `choose_tile(m, n, k, trans_a, trans_b, precision, batch)` returns the C text of the tile type,
-`gc_tile<BM, BN, BK, TM, TN, TF32, SPLIT, M, N, K[, SLICES]>`: the block's tile of C, the per-thread (fp32) or
-per-warp (tf32) tile, the K split over a thread-block cluster, the static shape the kernel is specialized for,
-and (when > 1) the thread groups that share out each K step.
+`gc_tile<BM, BN, BK, TM, TN, TF32, SPLIT, M, N, K>`: the block's tile of C, the per-thread (fp32) or per-warp
+(tf32) tile, the K split over a thread-block cluster, and the static shape the kernel is specialized for.
 
 The choice, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supports:
   1. measured: a GEMM whose (m, n, k, transposes, precision, batch) was timed by the sweep
@@ -47,38 +46,34 @@ class Tile:
     tm: int
     tn: int
     tf32: int = 0
-    slices: int = 1   # thread groups sharing out each K step (gc_tile's SLICES)
 
     @property
     def threads(self) -> int:
-        return (self.bm // self.tm) * (self.bn // self.tn) * (32 if self.tf32 else 1) * self.slices
+        return (self.bm // self.tm) * (self.bn // self.tn) * (32 if self.tf32 else 1)
 
     @property
     def name(self) -> str:
-        sliced = f"/s{self.slices}" if self.slices > 1 else ""
-        return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}{sliced}"
+        return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}"
 
     def smem_bytes(self, split: int = 1) -> int:
         pad = 8 if self.tf32 else 4   # words a shared-memory row is padded by (gc_gemm_kernel's LDA, LDB)
         pipeline = 2 * self.bk * (self.bm + pad + self.bn + pad) * 4
-        partial = self.bm * self.bn * 4 * max(self.slices - 1, 1) if split > 1 or self.slices > 1 else 0
-        return max(pipeline, partial)
+        return max(pipeline, self.bm * self.bn * 4 if split > 1 else 0)
 
     def splits(self) -> list[int]:
         """The splits this tile supports: the cluster's ranks share out its rows, the tile fits in smem."""
         return [s for s in SPLITS if self.bm % s == 0 and self.smem_bytes(s) <= SMEM_LIMIT]
 
     def occupancy(self, split: int = 1) -> int:
-        """Blocks one SM holds at once: threads (2048), registers (the kernel's cap: 128 a thread for 256 or
-        512 threads, about 170 for fewer) and shared memory (228 KB, 1 KB reserved per block)."""
+        """Blocks one SM holds at once: threads (2048), registers (the kernel's cap: 128 a thread for 256
+        threads, about 170 for fewer) and shared memory (228 KB, 1 KB reserved per block)."""
         cap = 128 if self.threads >= 256 else 65536 // ((384 // self.threads) * self.threads)
         by_smem = (228 * 1024) // (self.smem_bytes(split) + 1024)
         return max(1, min(32, 2048 // self.threads, 65536 // (cap * self.threads), by_smem))
 
     def c_type(self, split: int = 1, m: int = 0, n: int = 0, k: int = 0) -> str:
-        sliced = f", {self.slices}" if self.slices > 1 else ""
         return (f"gc_tile<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.tf32}, {split}, "
-                f"{m}, {n}, {k}{sliced}>")
+                f"{m}, {n}, {k}>")
 
 
 # The catalogue: every tile any GEMM may get (tests compile each one with nvcc and check it has no spills).
@@ -86,9 +81,7 @@ class Tile:
 TILES = {
     "fp32": [Tile(128, 128, 8, 8, 8), Tile(64, 64, 16, 8, 4), Tile(64, 64, 32, 8, 4), Tile(64, 32, 16, 4, 4),
              Tile(32, 64, 16, 4, 4), Tile(32, 64, 32, 4, 4), Tile(32, 32, 16, 4, 4), Tile(32, 32, 32, 4, 4),
-             Tile(64, 16, 16, 4, 4), Tile(16, 64, 16, 4, 4),
-             # two slices: twice the warps of their tile (the batch-1000 MLP's x @ W1 and dW2; see candidates)
-             Tile(64, 64, 16, 8, 4, slices=2), Tile(64, 16, 16, 4, 4, slices=2)],
+             Tile(64, 16, 16, 4, 4), Tile(16, 64, 16, 4, 4)],
     "tf32": [Tile(128, 128, 16, 64, 32, 1), Tile(64, 64, 16, 32, 32, 1), Tile(64, 64, 32, 32, 32, 1),
              Tile(64, 32, 16, 32, 16, 1), Tile(64, 32, 32, 32, 16, 1), Tile(32, 64, 16, 16, 32, 1),
              Tile(32, 64, 32, 16, 32, 1), Tile(32, 32, 16, 16, 16, 1), Tile(32, 32, 32, 16, 16, 1),
@@ -138,8 +131,6 @@ def features(tile: Tile, split: int, m: int, n: int, k: int, batch: int = 1) -> 
 def cost(tile: Tile, split: int, m: int, n: int, k: int, batch: int = 1) -> float:
     """Estimated microseconds of one GEMM with this tile and split (see the module docstring)."""
     model = calibration()["model"]
-    if tile.name not in model["tiles"]:
-        return math.inf   # added to the catalogue after the last sweep: chosen only where measured
     f = features(tile, split, m, n, k, batch)
     latency, throughput = model["tiles"][tile.name]
     return (model["f0"] + model["per_block"] * f["per_sm"] + latency * f["latency_steps"]

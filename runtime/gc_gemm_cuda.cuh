@@ -5,11 +5,8 @@
 //     while the current step computes (two steps ahead for small register blocks), one barrier per step;
 //   * both operands sit in shared memory k-major (As[k][m], Bs[k][n]), whatever the transposes: the inner
 //     loop reads 16-byte vectors of A and B (fp32: a TM x TN register block per thread) or tf32 fragments
-//     (mma.sync m16n8k8, a TM x TN tile per warp); rows are padded (tf32: 8 words, so the fragment loads are
-//     free of bank conflicts; fp32: 4);
-//   * slices (SLICES > 1): the block's threads form SLICES groups that each compute the whole tile over
-//     their share of every K step's rows, for more warps per tile (small problems, where few blocks run);
-//     the groups' sums meet in shared memory at the end, added in group order;
+//     (mma.sync m16n8k8, a TM x TN tile per warp); rows are padded by 8 words so the fragment loads are
+//     free of bank conflicts;
 //   * the epilogue functor is applied to each sum before it is stored (bias, ReLU, masks fuse here), to all of
 //     a thread's sums before the first store, so that the functor's loads are in flight together;
 //   * split-K: the SPLIT blocks of a cluster each sum a slice of K, then each reduces a slice of the tile's
@@ -216,22 +213,20 @@ __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, 
 }
 
 template <typename T, bool TA, bool TB, class Tile, class Ep>
-__global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 512 ? 1 : Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
+__global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
 gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
-    constexpr int S = Tile::SPLIT, SL = Tile::SLICES, THREADS = Tile::THREADS, W = 16 / sizeof(T);
+    constexpr int S = Tile::SPLIT, THREADS = Tile::THREADS, W = 16 / sizeof(T);
     constexpr bool TC = Tile::TF32 != 0;
     static_assert(!TC || sizeof(T) == 4, "gc_gemm: tf32 tiles are for float GEMMs");
     static_assert(BM % TM == 0 && BN % TN == 0 && BK % 8 == 0, "gc_gemm: tile sizes do not divide");
     static_assert(TC ? (TM % 16 == 0 && TN % 8 == 0) : (TM % 4 == 0 && TN % 4 == 0),
                   "gc_gemm: per-thread (fp32) or per-warp (tf32) tile not a multiple of 4x4 (16x8)");
     static_assert(S >= 1 && S <= 8 && BM % S == 0 && BN % 4 == 0, "gc_gemm: split must be 1..8 and divide BM");
-    static_assert(SL >= 1 && BK % (SL * (TC ? 8 : 1)) == 0, "gc_gemm: slices must divide BK (in steps of 8 for tf32)");
     // Row padding: tf32 fragment loads hit 32 distinct banks with 8 words; fp32 blocks are read along rows
     // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
     constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
-    // Shared memory: the two K-step buffers, then (reused) the partial tiles of slices 1.. and of the split.
-    constexpr int PIPE = 2 * BK * (LDA + LDB), RED = (S > 1 || SL > 1 ? BM * BN : 0) * (SL > 1 ? SL - 1 : 1);
+    constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
     static_assert((PIPE > RED ? PIPE : RED) * sizeof(T) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
     __shared__ __align__(16) T smem[PIPE > RED ? PIPE : RED];
     T* As = smem;
@@ -280,34 +275,23 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         gb.template store<TB, TC>(Bs + buf * BK * LDB, LDB);
     };
 
-    // Slices: thread t of group `slice` computes the same outputs as thread t of the other groups, over
-    // K-step rows [slice * KSL, (slice + 1) * KSL).
-    constexpr int GT = THREADS / SL, KSL = BK / SL;
-    // (unsigned, like threadIdx: signed divisions cost the 128 x 128 tiles register spills)
-    const int slice = SL > 1 ? threadIdx.x / GT : 0;
-    const unsigned t = SL > 1 ? threadIdx.x % GT : threadIdx.x;
     // fp32: thread (ty, tx) owns rows g * 4 * MT + 4 * ty + r and columns g * 4 * NT + 4 * tx + r (r < 4):
-    // 16-byte groups spread over the tile, so a warp's shared-memory reads are few distinct vectors. A warp
-    // takes a PH x PW patch of (ty, tx) (4 x 8 where the tile allows): 4 vectors of A and 8 of B a step
-    // (one shared-memory wavefront each) rather than 2 and 16 for a warp along one row of the grid.
+    // 16-byte groups spread over the tile, so a warp's shared-memory reads are few distinct vectors.
     constexpr int MT = BM / TM, NT = BN / TN;
-    constexpr int PW = NT < 8 ? NT : 8, PH = 32 / PW;
-    constexpr bool PATCH = !TC && MT % PH == 0 && NT % PW == 0 && GT % 32 == 0;
-    const int tx = PATCH ? t / 32 % (NT / PW) * PW + t % 32 % PW : t % NT;
-    const int ty = PATCH ? t / 32 / (NT / PW) * PH + t % 32 / PW : t / NT;
+    const int tx = threadIdx.x % NT, ty = threadIdx.x / NT;
     // tf32: warp (wm, wn) owns a TM x TN tile: (TM / 16) x (TN / 8) mma tiles; lane = 4 * gid + tig.
     constexpr int MI = TC ? TM / 16 : 1, NI = TC ? TN / 8 : 1, WN = BN / TN;
-    const int warp = t / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
     const int wm = warp / WN, wn = warp % WN;
     T acc[TC ? 1 : TM][TC ? 1 : TN] = {};
     float tacc[MI][NI][4] = {};
 
     auto compute = [&](int buf) {
-        const T* as = As + (buf * BK + slice * KSL) * LDA;
-        const T* bs = Bs + (buf * BK + slice * KSL) * LDB;
+        const T* as = As + buf * BK * LDA;
+        const T* bs = Bs + buf * BK * LDB;
         if constexpr (!TC) {
 #pragma unroll
-            for (int k = 0; k < KSL; k++) {
+            for (int k = 0; k < BK; k++) {
                 T a[TM], bv[TN];
 #pragma unroll
                 for (int g = 0; g < TM / 4; g++) gc_ld_run<4>(as + k * LDA + g * 4 * MT + 4 * ty, a + 4 * g);
@@ -320,7 +304,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
             }
         } else {
 #pragma unroll
-            for (int k = 0; k < KSL; k += 8) {
+            for (int k = 0; k < BK; k += 8) {
                 uint32_t af[MI][4], bf[NI][2];
 #pragma unroll
                 for (int i = 0; i < MI; i++) {
@@ -371,16 +355,14 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
 
     if (ktiles > 0) load(ga0, gb0, 0);
     if constexpr (S == 1 && gc_ep_prefetch<Ep>::value) {   // while tile 0 is on its way (split tiles: not yet)
-        if (SL == 1 || slice == 0) {
-            for_runs([&](int row, int col, T*) {
-                T zero[RUN];
+        for_runs([&](int row, int col, T*) {
+            T zero[RUN];
 #pragma unroll
-                for (int r = 0; r < RUN; r++) gc_opaque_zero(zero[r]);
-                gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, zero);
+            for (int r = 0; r < RUN; r++) gc_opaque_zero(zero[r]);
+            gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, zero);
 #pragma unroll
-                for (int r = 0; r < RUN; r++) gc_wait_value(zero[r]);
-            });
-        }
+            for (int r = 0; r < RUN; r++) gc_wait_value(zero[r]);
+        });
     }
     if (ktiles > 0) store(ga0, gb0, 0);
     if (DEEP && ktiles > 1) load(ga1, gb1, 1);
@@ -402,24 +384,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
     }
 
-    if constexpr (SL > 1) {   // slices 1.. leave their sums in shared memory (freed by the loop's last barrier)
-        if (slice > 0) for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + (slice - 1) * BM * BN + row * BN + col, v); });
-        __syncthreads();
-        if (slice == 0) {   // slice 0 adds them to its own, in slice order
-            for_runs([&](int row, int col, T* v) {
-#pragma unroll
-                for (int q = 1; q < SL; q++) {
-                    T w[RUN];
-                    gc_ld_run<RUN>(smem + (q - 1) * BM * BN + row * BN + col, w);
-#pragma unroll
-                    for (int r = 0; r < RUN; r++) v[r] += w[r];
-                }
-            });
-        }
-        if (S > 1) __syncthreads();   // the split's partial tile reuses that shared memory
-    }
     if constexpr (S == 1) {
-        if (SL > 1 && slice > 0) return;   // slice 0 holds the sums
         for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, v); });
         for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, !EM, !EN>(C, m0 + row, n0 + col, M, N, v, p.vc); });
     } else {
@@ -428,7 +393,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
 #else
         // Partial tiles to shared memory (the loop's last barrier freed it); then block `rank` of the
         // cluster sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order.
-        if (slice == 0) for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
+        for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
         gc_cluster_sync();
         // A thread's runs of 4 (rows of the slice, 4 columns each): summed, through the epilogue, stored.
         constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;

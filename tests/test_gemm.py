@@ -4,7 +4,6 @@ epilogue, fp32 and tf32 tiles, float64; a launch that contradicts its tile's sta
 Also: the tile heuristic's choices, and an nvcc compile (no GPU needed) of every catalogue tile."""
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import subprocess
@@ -41,11 +40,6 @@ def cases() -> list[H.Case]:
                 C("float32", ta, tb, "gc_tile<64, 64, 16, 32, 32, 1>", 37, 53, 29, tf32=True),
                 C("float32", ta, tb, "gc_tile<64, 32, 16, 32, 16, 1, 4, 100, 36, 1000>", 100, 36, 1000,
                   ep=True, tf32=True),
-                # slices: alone, with a split, with a batch; fp32 and tf32; overhangs
-                C("float32", ta, tb, "gc_tile<64, 64, 16, 8, 4, 0, 1, 0, 0, 0, 2>", 70, 45, 300, ep=True),
-                C("float32", ta, tb, "gc_tile<64, 16, 16, 4, 4, 0, 4, 0, 0, 0, 4>", 37, 53, 290, ep=True),
-                C("float32", ta, tb, "gc_tile<32, 64, 16, 16, 32, 1, 2, 0, 0, 0, 2>", 37, 53, 290, tf32=True,
-                  batch=2),
             ]
     out += [
         # batches: strides with gaps (C's gaps must stay untouched) and no multiple of 4 (scalar loads)
@@ -121,8 +115,8 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
     for batch in (128, 1000):
         for m, n, k, ta, tb in mlp_gemms(batch):
             for precision in ("fp32", "tf32"):
-                bm, bn, _, _, _, tf32, split, sm, sn, sk = list(map(int, re.findall(r"\d+", choose_tile(
-                    m, n, k, ta, tb, precision))))[:10]
+                bm, bn, _, _, _, tf32, split, sm, sn, sk = map(int, re.findall(r"\d+", choose_tile(
+                    m, n, k, ta, tb, precision)))
                 assert (sm, sn, sk) == (m, n, k) and tf32 == (precision == "tf32")
                 blocks = -(-m // bm) * -(-n // bn) * split
                 # small problems: enough blocks to spread over many SMs, unless the work is tiny
@@ -131,8 +125,7 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
 
 def test_calibration_is_consistent():
     """Every measured tile is a catalogue tile with a split it supports, choose_tile returns it for its
-    shape, and every catalogue tile has the cost model's constants or (added after the last sweep) is
-    chosen only where measured."""
+    shape, and every catalogue tile has the cost model's constants."""
     data = calibration()
     assert data["measured"] and data["gpu"] and data["commit"]
     for e in data["measured"]:
@@ -140,14 +133,10 @@ def test_calibration_is_consistent():
         assert tile in TILES[e["precision"]] and e["split"] in tile.splits()
         assert choose_tile(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"], e["batch"]) == \
             tile.c_type(e["split"], e["m"], e["n"], e["k"])
-    measured = {e["tile"] for e in data["measured"]}
     for tiles in TILES.values():
         for tile in tiles:
-            if tile.name in data["model"]["tiles"]:
-                assert len(data["model"]["tiles"][tile.name]) == 2
-                assert 0 < cost(tile, 1, 1000, 1000, 1000) < math.inf
-            else:
-                assert tile.name in measured and cost(tile, 1, 1000, 1000, 1000) == math.inf
+            assert len(data["model"]["tiles"][tile.name]) == 2
+            assert cost(tile, 1, 1000, 1000, 1000) > 0
     # a shape the sweep did not measure goes through the model
     assert choose_tile(3000, 70, 200, False, True, "fp32") == candidates(3000, 70, 200, "fp32")[0][1].c_type(
         candidates(3000, 70, 200, "fp32")[0][2], 3000, 70, 200)
