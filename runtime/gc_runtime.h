@@ -177,15 +177,16 @@ static bool gc_pdl_supported() {
     return supported == 1;
 }
 
-// Launch kernel<<<grid, block, smem>>>(args...) on the current stream (gc_on; the per-thread default stream
-// outside a step's branches), with the
-// attributes in `extra` and, where supported, programmatic serialization against the previous kernel.
+// Launch kernel<<<grid, block>>>(args...) on the current stream (gc_on; the per-thread default stream outside
+// a step's branches), with the attributes in `extra` (at most 3) and, where supported, programmatic
+// serialization against the previous kernel.
 template <typename... Params, typename... Args>
 static int gc_launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, cudaLaunchAttribute* extra, int n_extra,
                         Args... args) {
     cudaLaunchAttribute attrs[4];
+    if (n_extra > 3) return gc_fail(GC_ERR_ARG, "gc_launch_ex: %d extra launch attributes, at most 3", n_extra);
     int n = 0;
-    for (int i = 0; i < n_extra && n < 3; i++) attrs[n++] = extra[i];
+    for (int i = 0; i < n_extra; i++) attrs[n++] = extra[i];
     if (gc_pdl_supported()) {
         attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attrs[n].val.programmaticStreamSerializationAllowed = 1;
@@ -194,7 +195,6 @@ static int gc_launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, cudaLa
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
-    config.dynamicSmemBytes = 0;
     config.stream = gc_current_stream;
     config.attrs = attrs;
     config.numAttrs = n;

@@ -22,7 +22,7 @@ from ..ops import get_op
 from .fuse import REDUCTIONS, Group, Layout, strides
 from ..ops.conv import windows_of
 from ..ops.random import dropout_threshold
-from .plan_memory import NO_KERNEL, is_literal, storage_root
+from .plan_memory import NO_KERNEL, is_literal, step_writes, storage_root
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "uint8": "uint8_t"}
 BLOCK = 256                      # threads per block of every fused kernel (GC_BLOCK in the runtime)
@@ -135,16 +135,14 @@ class Lowering:
         if method is None:
             raise GCompileError(f"lower: no kernel for op {node.op!r} (node {node.describe()})")
         kind, values = method(node)
-        reads = self.ranges(node.inputs)
+        reads, writes = self.ranges(node.inputs), self.ranges(step_writes(node))
         if node.op != "fused":
-            writes = self.ranges([node])
             return Kernel(kind, c_name(node, index), f"{self.direction}: {describe(node)}", values,
                           reads=reads, writes=writes)
         group = node.attrs["group"]
-        results = group.results or [r for s in group.segments for r in s.results]
         return Kernel(kind, c_name(node, index), f"{self.direction}: {group.describe()} {group.kind}: "
                       f"{group.kernel_text()}", values, [describe(m) for m in group.members], group.describe(),
-                      reads=reads, writes=self.ranges(results))
+                      reads=reads, writes=writes)
 
     def ranges(self, nodes) -> list[tuple[int, int]]:
         """The arena byte ranges holding these nodes' values (views and assigns resolved; literals have none)."""

@@ -130,14 +130,13 @@ def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node]) -> Mem
     region, peak = 0, 0
     for name, order in schedules.items():
         lives = liveness(order, set(kept))
-        linear = min((first_fit(lives, key) for key in PLACEMENT_ORDERS.values()), key=region_bytes)
         # Buffers shared only along dependences leave independent kernels free to run side by side
         # (streams.py); kept while the arena stays within CONCURRENT_SLACK of its lower bound (persistent
         # bytes + the peak of live temporary bytes), else buffers are shared along the schedule's order.
         before = ordered_before(order)
-        concurrent = min((first_fit(lives, key, before) for key in PLACEMENT_ORDERS.values()), key=region_bytes)
-        fits = base + region_bytes(concurrent) <= CONCURRENT_SLACK * (base + peak_live_bytes(lives, len(order)))
-        starts = concurrent if fits else linear
+        starts = min((first_fit(lives, key, before) for key in PLACEMENT_ORDERS.values()), key=region_bytes)
+        if base + region_bytes(starts) > CONCURRENT_SLACK * (base + peak_live_bytes(lives, len(order))):
+            starts = min((first_fit(lives, key) for key in PLACEMENT_ORDERS.values()), key=region_bytes)
         temps = [Buffer(n.name, n, base + starts[n], aligned(n.nbytes), first, last, "temp", name)
                  for n, (first, last) in lives.items()]
         buffers += sorted(temps, key=lambda b: (b.offset, b.first))
@@ -154,6 +153,18 @@ def persistent_nodes(schedules, persistent) -> list[Node]:
     kinds = {kind: i for i, kind in enumerate(PERSISTENT_KINDS)}
     unique = [n for n in dict.fromkeys(seen) if not is_literal(n)]
     return sorted(unique, key=lambda n: kinds.get(n.op, len(kinds)))
+
+
+CONCURRENT_SLACK = 1.05
+NO_KERNEL = {"placeholder", "variable", "constant", "reshape", "group_output"}   # steps that launch nothing
+
+
+def step_writes(node: Node) -> list[Node]:
+    """The values a schedule step's kernel writes: a group's results, a plain op's value; nothing for a step
+    that launches no kernel."""
+    if node.op == "fused":
+        return node.attrs["group"].results
+    return [] if node.op in NO_KERNEL else [node]
 
 
 def step_values(node: Node) -> list[Node]:
@@ -183,18 +194,12 @@ PLACEMENT_ORDERS = {   # (node, first, last) -> sort key; ties fall back to the 
 }
 
 
-CONCURRENT_SLACK = 1.05
-NO_KERNEL = {"placeholder", "variable", "constant", "reshape", "group_output"}   # steps that launch nothing
-
-
 def ordered_before(order: list[Node]) -> list[int]:
     """For each step, the set of steps that must run before it (a bitset): through the values it reads, and
     for a step that writes a variable, through every earlier step reading the variable's old value."""
     writer, readers, before = {}, {}, []
     for step, node in enumerate(order):
-        values = step_values(node)
-        written = (node.attrs["group"].results if node.op == "fused" else
-                   [] if node.op in NO_KERNEL else [node])
+        values, written = step_values(node), step_writes(node)
         mask = 0
         for n in values:
             root = storage_root(n)
@@ -219,8 +224,10 @@ def first_fit(lives: dict, key, before: list[int] | None = None) -> dict[Node, i
     lowest offset that overlaps no placed buffer live at the same time. With `before` (ordered_before),
     two buffers share bytes only when the first one's last reader must run before the other's writer."""
     def clash(first, last, f, l):
-        if before is None or f <= last and first <= l:
-            return f <= last and first <= l
+        if f <= last and first <= l:
+            return True
+        if before is None:
+            return False
         return not (before[first] >> l & 1) if l < first else not (before[f] >> last & 1)
     starts, placed = {}, []   # placed: (start, end, first, last)
     for n, (first, last) in sorted(lives.items(), key=lambda item: key(item[0], *item[1])):
