@@ -136,8 +136,8 @@ def test_vector_maps_match_numpy(target):
 def row_reductions():
     """(outputs, feeds): sums, maxima and a two-phase softmax over slices of every thread shape of a rows
     kernel — a thread per short slice, a warp or the block per contiguous slice, 4 or 8 strided slices side
-    by side — with lengths the slice's threads divide and lengths they do not, int32 sums and maxima, and a
-    global reduction after the slices (a mean loss)."""
+    by side — with lengths the slice's threads divide and lengths they do not, int32 sums and maxima, and
+    global reductions after the slices over 2 and 12 blocks (a mean loss, an int32 sum)."""
     r = np.random.RandomState(5)
     outputs, feeds = [], {}
     for shape, axis in [((5, 7), 1), ((3, 100), 1), ((6, 64), 1), ((2, 2048), 1), ((2, 1500), 1),
@@ -153,6 +153,9 @@ def row_reductions():
     feeds.update({logits: r.standard_normal((300, 10)).astype(np.float32),
                   labels: r.randint(0, 10, 300).astype(np.int32)})
     outputs.append(gc.softmax_cross_entropy(logits, labels))
+    counts = gc.placeholder("counts", (3000, 5), dtype="int32")     # an int32 global sum over 12 blocks
+    feeds[counts] = r.randint(-1000, 1000, (3000, 5)).astype(np.int32)
+    outputs.append(gc.reduce_sum(gc.reduce_max(counts, 1)))
     return outputs, feeds
 
 
@@ -160,6 +163,14 @@ def test_row_reductions_cover_every_thread_shape():
     shapes = {(s["sx"], s["sy"], s["length"] % s["sy"] == 0) for s in segments(row_reductions()[0])}
     assert {(256, 1, True), (8, 32, True), (8, 32, False), (1, 256, True), (1, 256, False),
             (4, 64, False)} <= shapes
+    assert sorted(s["blocks"] for s in segments(row_reductions()[0]) if s["ticket"]) == [2, 12]
+
+
+def test_row_reductions_compile_with_nvcc(tmp_path):
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    artifact = gc.compile(row_reductions()[0], target="cuda", out_dir=tmp_path, name="row_reductions")
+    assert "gc_last_block" in open(artifact.source).read() and open(artifact.library, "rb").read(4) == b"\x7fELF"
 
 
 @pytest.mark.parametrize("target", TARGETS)
