@@ -78,7 +78,8 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     made = {}                           # the fuse stage names the kernel each group became
     for g, ks in kernels.items():
         for k in ks:
-            made.setdefault(k.group, []).append(f"{k.name} ({g})")
+            for group in [k.group] + k.fused:
+                made.setdefault(group, []).append(f"{k.name} ({g})")
     stages["fuse"] = fused_text + describe_groups(groups, made)
 
     text = emit(module, plan, kernels, target, build_command)

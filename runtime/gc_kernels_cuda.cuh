@@ -39,6 +39,70 @@ __device__ T gc_block_reduce(T v, T* shared) {
     return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, shared);
 }
 
+// ---- a reduction over several blocks, and the fused classifier head ------------------------------------
+// A rows kernel whose slices feed a global reduction (the batch-mean loss) runs on several blocks: each block
+// reduces its slices, thread 0 stores the block's partials, and the last block to arrive sums them in block
+// order and finishes the kernel. `ticket` is an int of the arena's workspace (zero when the arena is made);
+// the last block sets it back to zero, so the next launch (a graph replay) finds it so. No float atomics:
+// the sums' order is fixed, and results are bit-for-bit the same run to run.
+__device__ bool gc_last_block(unsigned int* ticket, unsigned int blocks) {
+    __shared__ bool last;
+    __threadfence();            // this block's partials are visible to every block before its ticket is
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(ticket, 1u) == blocks - 1;
+        if (last) *ticket = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();  // and the others' partials to the last block
+    return last;
+}
+
+// The last block's sum (or max) of the blocks' partials: thread t takes partials t, t + GC_BLOCK, ... in
+// order, then a fixed tree across the block. Partials are read past L1 (__ldcg): they were written by
+// other SMs.
+template <typename T, bool MAX>
+__device__ T gc_reduce_partials(const T* partials, int blocks, T init, void* scratch) {
+    T v = init;
+    for (int j = threadIdx.x; j < blocks; j += GC_BLOCK) {
+        const T o = __ldcg(partials + j);
+        v = MAX ? (o > v || o != o ? o : v) : v + o;   // a max keeps a NaN, as numpy's does
+    }
+    return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, scratch);
+}
+
+// The GEMM of a fused classifier head (lower.py): rows row0 .. row0 + rows - 1 of C = ep(op(A) @ op(B)) for
+// a C of N <= 32 columns, a warp per row: lane l sums k = l, l + 32, ... for every column, the warp adds its
+// lanes in a fixed tree (shuffles), and lane n applies the epilogue to column n and stores it. The rows
+// segment of the same kernel then reads the block's rows of C (after a __syncthreads).
+template <typename T, bool TA, bool TB, int M, int N, int K, typename Ep>
+__device__ void gc_head_rows(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, Ep ep,
+                             int row0, int rows) {
+    static_assert(N <= 32, "a head's row is one warp's columns");
+    const int lane = threadIdx.x % 32;
+    for (int m = row0 + (int)threadIdx.x / 32; m < row0 + rows && m < M; m += GC_BLOCK / 32) {
+        T acc[N];
+#pragma unroll
+        for (int n = 0; n < N; n++) acc[n] = 0;
+#pragma unroll 4
+        for (int k = lane; k < K; k += 32) {
+            const T a = TA ? A[(int64_t)k * M + m] : A[(int64_t)m * K + k];
+#pragma unroll
+            for (int n = 0; n < N; n++) acc[n] += a * (TB ? B[(int64_t)n * K + k] : B[(int64_t)k * N + n]);
+        }
+        T mine = 0;
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            T v = acc[n];
+#pragma unroll
+            for (int h = 16; h > 0; h >>= 1) v += __shfl_down_sync(0xffffffffu, v, h);
+            v = __shfl_sync(0xffffffffu, v, 0);
+            if (lane == n) mine = v;
+        }
+        if (lane < N) C[(int64_t)m * N + lane] = ep(0, m, lane, mine);
+    }
+}
+
 // ---- the trainer's kernels -------------------------------------------------------------------------
 // A training step in the trainer's graph is gather -> the step's kernels; a replayed chunk of steps ends
 // with gc_steps_done. The batch position comes from the device-side cursor, so a graph replays unchanged.

@@ -70,7 +70,7 @@ def share_epilogues(kernels) -> None:
     optimize every instantiation separately, and they are most of a cold cuda build (docs/compiler.md)."""
     first = {}
     for k in kernels:
-        epilogue = k.values.get("epilogue") if k.kind == "matmul" else None
+        epilogue = k.values.get("epilogue") if k.kind in ("matmul", "head") else None
         if epilogue:
             key = json.dumps(epilogue, sort_keys=True)
             k.values["ep_type"] = first.setdefault(key, f"{k.name}_ep")
@@ -94,6 +94,9 @@ def emit(module, plan, kernels, target: str, build_command: str) -> str:
         lifetime = "always" if b.region == "persistent" else f"{b.schedule}:{b.first}-{b.last}"
         layout.append({"offset": b.offset, "size": b.size, "region": b.region, "lifetime": lifetime,
                        "what": f"{n.name} {tuple(n.shape)} {n.dtype} ({n.op})"})
+    for name, (start, size) in plan.workspaces.items():
+        layout.append({"offset": start, "size": size, "region": "workspace", "lifetime": "always",
+                       "what": f"{name}: a reduction's ticket and the blocks' partials"})
 
     constants = []
     for b in plan.buffers:

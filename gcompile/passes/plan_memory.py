@@ -29,7 +29,7 @@ Left to later passes: which kernel writes which buffer (lower), and the C declar
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,6 +84,20 @@ class MemoryPlan:
     arena_bytes: int
     lower_bound: int                 # persistent bytes + the largest peak of live temporary bytes
     naive_bytes: int                 # every buffer of every schedule at its own offset
+    workspaces: dict = field(default_factory=dict)   # kernel's own bytes: name -> (offset, size), see workspace
+
+    def workspace(self, name: str, nbytes: int) -> int:
+        """Offset of `nbytes` owned by one kernel (lower.py: a reduction over several blocks keeps its ticket and
+        partials there), in a region after the temporaries that grows the arena: zero when the arena is made,
+        never shared with another buffer, never in a checkpoint. The same name gets the same bytes again."""
+        if name not in self.workspaces:
+            self.workspaces[name] = (self.arena_bytes, aligned(nbytes))
+            self.arena_bytes += aligned(nbytes)
+            self.lower_bound += aligned(nbytes)      # bytes no plan can share
+        offset, size = self.workspaces[name]
+        if size < nbytes:
+            raise GCompileError(f"workspace {name} has {size} bytes, not {nbytes}")
+        return offset
 
     def buffer_of(self, node: Node, schedule: str | None = None) -> Buffer:
         """The buffer holding node's value (views and assigns resolved); `schedule` picks among temporaries

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import networkx as nx
 
+from .lower import overlap
+
 MAX_STREAMS = 4      # GC_MAX_STREAMS in runtime/gc_runtime.h
 MAX_EVENTS = 256     # GC_MAX_EVENTS
 
 
 def conflicts(a, b) -> bool:
     """Whether kernel a (earlier) and kernel b (later) must run in that order."""
-    def overlap(xs, ys):
-        return any(x0 < y1 and y0 < x1 for x0, x1 in xs for y0, y1 in ys)
     return overlap(a.writes, b.reads + b.writes) or overlap(a.reads, b.writes)
 
 
