@@ -22,6 +22,7 @@ struct gc_gemm_params {
     int M, N, K;
     long long sa, sb, sc;
     Ep ep;
+    const gc_rows* rows;   // A read through batch rows (gc_rows) instead of from A; NULL otherwise
     bool va, vb, vc;   // 16-byte accesses allowed: loads of A, of B (along their contiguous dimension), stores of C
 };
 
@@ -149,6 +150,41 @@ struct gc_gemm_stage {
         }
     }
 
+    // The same block of a matrix stored as batch rows (gc_rows): row r of the block is row index[r] of the
+    // source, from column c0 on; uint8 sources are scaled as they arrive (u8, scale, and vec: 4-element
+    // runs allowed, read from the descriptor by the kernel, the same across the block).
+    template <bool CR, bool CC>
+    __device__ __forceinline__ void load_rows(const void* source, bool u8, float scale, const uint32_t* index,
+                                              int c0, long long ld, int rows_left, int cols_left, bool vec) {
+        static_assert(W == 4, "gc_gemm: batch rows are float operands");
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int slot = threadIdx.x + i * THREADS;
+            const int r = slot / (COLS / W), c = slot % (COLS / W) * W;
+            const bool live = (SLOTS % THREADS == 0 || slot < SLOTS) && (!CR || r < rows_left);
+            const long long at = live ? (long long)index[r] * ld + c0 + c : 0;
+            if (u8) {
+                const uint8_t* p = (const uint8_t*)source + at;
+                if (vec && live && (!CC || c < cols_left)) {
+                    const uchar4 q = *(const uchar4*)p;
+                    v[i][0] = (float)q.x * scale; v[i][1] = (float)q.y * scale;
+                    v[i][2] = (float)q.z * scale; v[i][3] = (float)q.w * scale;
+                } else {
+#pragma unroll
+                    for (int j = 0; j < W; j++)
+                        v[i][j] = live && (!CC || c + j < cols_left) ? (float)p[j] * scale : T(0);
+                }
+            } else {
+                const T* p = (const T*)source + at;
+                if (vec && live && (!CC || c < cols_left)) gc_ld16(p, v[i]);
+                else {
+#pragma unroll
+                    for (int j = 0; j < W; j++) v[i][j] = live && (!CC || c + j < cols_left) ? p[j] : T(0);
+                }
+            }
+        }
+    }
+
     template <bool TRANSPOSED, bool TF32>
     __device__ __forceinline__ void store(T* s, int lds) {
 #pragma unroll
@@ -212,7 +248,9 @@ __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, 
     }
 }
 
-template <typename T, bool TA, bool TB, class Tile, class Ep>
+// RA: A is read through batch rows (p.rows, gc_rows) — the image input of a program whose gather is fused
+// into its GEMMs. A's stored rows are then the batch's rows: M without TA (x @ W), K with TA (x^T @ g).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
 gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
@@ -227,8 +265,13 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
     constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
     constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
-    static_assert((PIPE > RED ? PIPE : RED) * sizeof(T) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
+    // Batch rows: the row indices this block reads, staged once (BM rows of M; with TA the split's K
+    // range, which the static shape bounds), so that a step's loads wait on shared memory only.
+    static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0 && sizeof(T) == 4), "gc_gemm: batch rows need a static shape");
+    constexpr int KSMAX = ((Tile::SK + S - 1) / S + BK - 1) / BK * BK, NIDX = RA ? (TA ? KSMAX : BM) : 1;
+    static_assert(((PIPE > RED ? PIPE : RED) * sizeof(T) + NIDX * 4) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
     __shared__ __align__(16) T smem[PIPE > RED ? PIPE : RED];
+    __shared__ uint32_t ridx[NIDX];
     T* As = smem;
     T* Bs = smem + 2 * BK * LDA;
     gc_wait_prior();
@@ -256,6 +299,19 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     const T* __restrict__ A = p.A + b * p.sa;
     const T* __restrict__ B = p.B + b * p.sb;
     T* __restrict__ C = p.C + b * p.sc;
+    const void* rsource = nullptr;
+    float rscale = 1;
+    bool ru8 = false, rvec = false;
+    if constexpr (RA) {
+        const gc_rows* R = p.rows;
+        rsource = R->source;
+        rscale = R->scale;
+        ru8 = R->u8 != 0;
+        rvec = CA % 4 == 0 && (uintptr_t)rsource % (ru8 ? 4 : 16) == 0;   // 4-element runs stay aligned
+        const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(BM, M - m0);
+        for (int i = threadIdx.x; i < NIDX; i += THREADS) ridx[i] = i < count ? gc_rows_index(R)[first + i] : 0;
+        __syncthreads();
+    }
 
     // A's block is (BM x BK) of A, or (BK x BM) of A stored transposed; B's likewise. Two register sets:
     // with DEEP, a step's loads are issued two steps before their data is stored to shared memory.
@@ -265,8 +321,13 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     StageB gb0, gb1;
     auto load = [&](StageA& ga, StageB& gb, int kt) {
         const int k0 = k_begin + kt * BK;
-        if (TA) ga.template load<!EK, !EM>(A + (size_t)k0 * M + m0, M, k_end - k0, M - m0, va);
-        else    ga.template load<!EM, !EK>(A + (size_t)m0 * K + k0, K, M - m0, k_end - k0, va);
+        if constexpr (RA) {
+            if (TA) ga.template load_rows<!EK, !EM>(rsource, ru8, rscale, ridx + kt * BK, m0, M, k_end - k0, M - m0, rvec);
+            else    ga.template load_rows<!EM, !EK>(rsource, ru8, rscale, ridx, k0, K, M - m0, k_end - k0, rvec);
+        } else {
+            if (TA) ga.template load<!EK, !EM>(A + (size_t)k0 * M + m0, M, k_end - k0, M - m0, va);
+            else    ga.template load<!EM, !EK>(A + (size_t)m0 * K + k0, K, M - m0, k_end - k0, va);
+        }
         if (TB) gb.template load<!EN, !EK>(B + (size_t)n0 * K + k0, K, N - n0, k_end - k0, vb);
         else    gb.template load<!EK, !EN>(B + (size_t)k0 * N + n0, N, k_end - k0, N - n0, vb);
     };
@@ -442,9 +503,10 @@ static bool gc_cluster_launch_supported() {
     return supported == 1;
 }
 
-template <typename T, bool TA, bool TB, class Tile, class Ep>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
-                   long long sb = 0, long long sc = 0) {
+// The launch of both forms of A (a matrix, or batch rows: rows != NULL, A unused).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+static int gc_gemm_launch(const T* A, const gc_rows* rows, const T* B, T* C, int M, int N, int K, Ep ep, int batch,
+                          long long sa, long long sb, long long sc) {
     GC_TRY(gc_gemm_check<Tile>(M, N, K, batch));
     if (M == 0 || N == 0 || batch == 0) return GC_OK;
     constexpr int W = 16 / sizeof(T), S = Tile::SPLIT;
@@ -452,14 +514,14 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
     auto vectors = [&](const void* ptr, int contiguous, long long stride, int width) {
         return contiguous % width == 0 && (uintptr_t)ptr % 16 == 0 && (batch == 1 || stride % width == 0);
     };
-    gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep,
+    gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep, rows,
                                vectors(A, TA ? M : K, sa, W), vectors(B, TB ? K : N, sb, W),
                                vectors(C, N, sc, 4)};
     const long long tiles = (long long)((M + Tile::BM - 1) / Tile::BM) * ((N + Tile::BN - 1) / Tile::BN);
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
         return gc_fail(GC_ERR_ARG, "gc_gemm: M=%d N=%d batch=%d is too large for one launch", M, N, batch);
     dim3 grid((unsigned)tiles, 1, batch * S);
-    if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, p);
+    if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);
     if (!gc_cluster_launch_supported())
         return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM splits K over a thread-block cluster, which this "
                        "GPU cannot launch (sm_90 or newer needed)");
@@ -468,6 +530,19 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
     cluster.val.clusterDim.x = 1;
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = S;
-    return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, &cluster, 1, p);
+    return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, &cluster, 1, p);
+}
+
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
+                   long long sb = 0, long long sc = 0) {
+    return gc_gemm_launch<T, TA, TB, Tile, Ep, false>(A, nullptr, B, C, M, N, K, ep, batch, sa, sb, sc);
+}
+
+// A read through batch rows: the image input x (batch, row) of a program whose gather is fused into its GEMMs.
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(const gc_rows* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
+                   long long sb = 0, long long sc = 0) {
+    return gc_gemm_launch<T, TA, TB, Tile, Ep, true>(nullptr, A, B, C, M, N, K, ep, batch, 0, sb, sc);
 }
 #endif   // GC_KERNELS

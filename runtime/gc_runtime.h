@@ -390,6 +390,20 @@ GC_HD static inline uint32_t gc_batch_source(const gc_cursor* cursor, int64_t fi
     return cursor->shuffle ? gc_perm_apply(cursor->order, (uint32_t)p) : (uint32_t)p;
 }
 
+// The batch rows of an image input that the GEMMs read in place (docs/compiler.md, "The batch gather fused
+// into the GEMMs"): row b of x is row index[b] of `source`, uint8 (x = u8 * scale, as the trainer's gather
+// converts) or float32. It lives in the arena where x's buffer would be: this header, then the indices. The
+// trainer's gc_batch_rows writes it every step (its dataset, the batch's examples); the library points it
+// at its input buffer with rows 0..batch-1.
+typedef struct {
+    const void* source;   // rows of the program's row length (GC_ROW) elements
+    float scale;          // uint8 sources: x = (float)u8 * scale
+    int32_t u8;           // 1: uint8 source, 0: float32
+} gc_rows;
+
+GC_HD static inline const uint32_t* gc_rows_index(const gc_rows* r) { return (const uint32_t*)(r + 1); }
+GC_HD static inline uint32_t* gc_rows_index(gc_rows* r) { return (uint32_t*)(r + 1); }
+
 // A step's loss into the epoch's sums on the device: sums[0] += loss when it is finite (a step the numerical
 // guard skipped adds nothing), sums[1] = loss (the last one).
 GC_HD static inline void gc_record_loss(double* sums, float loss) {
