@@ -22,7 +22,7 @@ struct gc_gemm_params {
     int M, N, K;
     long long sa, sb, sc;
     Ep ep;
-    const gc_rows* rows;   // A read through batch rows (gc_rows) instead of from A; NULL otherwise
+    gc_rows rows;          // RA: the image input read in place (A is its source)
     bool va, vb, vc;   // 16-byte accesses allowed: loads of A, of B (along their contiguous dimension), stores of C
 };
 
@@ -150,9 +150,8 @@ struct gc_gemm_stage {
         }
     }
 
-    // The same block of a matrix stored as batch rows (gc_rows): row r of the block is row index[r] of the
-    // source, from column c0 on; uint8 sources are scaled as they arrive (u8, scale, and vec: 4-element
-    // runs allowed, read from the descriptor by the kernel, the same across the block).
+    // The same block of the image input read in place (gc_rows): row r of the block is row index[r] of the
+    // source, from column c0 on; uint8 sources are scaled as they arrive (vec: 4-element runs allowed).
     template <bool CR, bool CC>
     __device__ __forceinline__ void load_rows(const void* source, bool u8, float scale, const uint32_t* index,
                                               int c0, long long ld, int rows_left, int cols_left, bool vec) {
@@ -248,8 +247,10 @@ __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, 
     }
 }
 
-// RA: A is read through batch rows (p.rows, gc_rows) — the image input of a program whose gather is fused
-// into its GEMMs. A's stored rows are then the batch's rows: M without TA (x @ W), K with TA (x^T @ g).
+// RA: A is the image input read in place (p.rows, gc_rows) — a program whose batch gather is fused into its
+// GEMMs. A's stored rows are the batch's rows: M without TA (x @ W), K with TA (x^T @ g). Indexed rows or a
+// uint8 source take the rows path below; a float source without indices (the library's input buffer) is a
+// plain matrix, the same loads as RA = false (a branch the whole block takes one way).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
 gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
@@ -265,7 +266,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
     constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
     constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
-    // Batch rows: the row indices this block reads, staged once (BM rows of M; with TA the split's K
+    // The rows path: the row indices this block reads, staged once (BM rows of M; with TA the split's K
     // range, which the static shape bounds), so that a step's loads wait on shared memory only.
     static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0 && sizeof(T) == 4), "gc_gemm: batch rows need a static shape");
     constexpr int KSMAX = ((Tile::SK + S - 1) / S + BK - 1) / BK * BK, NIDX = RA ? (TA ? KSMAX : BM) : 1;
@@ -299,17 +300,11 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     const T* __restrict__ A = p.A + b * p.sa;
     const T* __restrict__ B = p.B + b * p.sb;
     T* __restrict__ C = p.C + b * p.sc;
-    const void* rsource = nullptr;
-    float rscale = 1;
-    bool ru8 = false, rvec = false;
-    if constexpr (RA) {
-        const gc_rows* R = p.rows;
-        rsource = R->source;
-        rscale = R->scale;
-        ru8 = R->u8 != 0;
-        rvec = CA % 4 == 0 && (uintptr_t)rsource % (ru8 ? 4 : 16) == 0;   // 4-element runs stay aligned
+    const bool indexed = RA && (p.rows.index || p.rows.u8);
+    if (RA && indexed) {
         const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(BM, M - m0);
-        for (int i = threadIdx.x; i < NIDX; i += THREADS) ridx[i] = i < count ? gc_rows_index(R)[first + i] : 0;
+        for (int i = threadIdx.x; i < NIDX; i += THREADS)
+            ridx[i] = i >= count ? 0 : p.rows.index ? p.rows.index[first + i] : first + i;
         __syncthreads();
     }
 
@@ -321,9 +316,11 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     StageB gb0, gb1;
     auto load = [&](StageA& ga, StageB& gb, int kt) {
         const int k0 = k_begin + kt * BK;
-        if constexpr (RA) {
-            if (TA) ga.template load_rows<!EK, !EM>(rsource, ru8, rscale, ridx + kt * BK, m0, M, k_end - k0, M - m0, rvec);
-            else    ga.template load_rows<!EM, !EK>(rsource, ru8, rscale, ridx, k0, K, M - m0, k_end - k0, rvec);
+        if (RA && indexed) {
+            const void* src = p.rows.source;
+            const bool u8 = p.rows.u8;
+            if (TA) ga.template load_rows<!EK, !EM>(src, u8, p.rows.scale, ridx + kt * BK, m0, M, k_end - k0, M - m0, va);
+            else    ga.template load_rows<!EM, !EK>(src, u8, p.rows.scale, ridx, k0, K, M - m0, k_end - k0, va);
         } else {
             if (TA) ga.template load<!EK, !EM>(A + (size_t)k0 * M + m0, M, k_end - k0, M - m0, va);
             else    ga.template load<!EM, !EK>(A + (size_t)m0 * K + k0, K, M - m0, k_end - k0, va);
@@ -503,9 +500,9 @@ static bool gc_cluster_launch_supported() {
     return supported == 1;
 }
 
-// The launch of both forms of A (a matrix, or batch rows: rows != NULL, A unused).
+// The launch of both forms of A (RA: the image input in place, A = its source).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
-static int gc_gemm_launch(const T* A, const gc_rows* rows, const T* B, T* C, int M, int N, int K, Ep ep, int batch,
+static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int N, int K, Ep ep, int batch,
                           long long sa, long long sb, long long sc) {
     GC_TRY(gc_gemm_check<Tile>(M, N, K, batch));
     if (M == 0 || N == 0 || batch == 0) return GC_OK;
@@ -514,8 +511,11 @@ static int gc_gemm_launch(const T* A, const gc_rows* rows, const T* B, T* C, int
     auto vectors = [&](const void* ptr, int contiguous, long long stride, int width) {
         return contiguous % width == 0 && (uintptr_t)ptr % 16 == 0 && (batch == 1 || stride % width == 0);
     };
+    // a uint8 source moves runs of 4 bytes: its rows' length and the pointer must keep them 4-byte aligned
+    const bool va = RA && rows.u8 ? (TA ? M : K) % 4 == 0 && (uintptr_t)rows.source % 4 == 0
+                                  : vectors(A, TA ? M : K, sa, W);
     gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep, rows,
-                               vectors(A, TA ? M : K, sa, W), vectors(B, TB ? K : N, sb, W),
+                               va, vectors(B, TB ? K : N, sb, W),
                                vectors(C, N, sc, 4)};
     const long long tiles = (long long)((M + Tile::BM - 1) / Tile::BM) * ((N + Tile::BN - 1) / Tile::BN);
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
@@ -536,13 +536,14 @@ static int gc_gemm_launch(const T* A, const gc_rows* rows, const T* B, T* C, int
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
                    long long sb = 0, long long sc = 0) {
-    return gc_gemm_launch<T, TA, TB, Tile, Ep, false>(A, nullptr, B, C, M, N, K, ep, batch, sa, sb, sc);
+    return gc_gemm_launch<T, TA, TB, Tile, Ep, false>(A, gc_rows{}, B, C, M, N, K, ep, batch, sa, sb, sc);
 }
 
-// A read through batch rows: the image input x (batch, row) of a program whose gather is fused into its GEMMs.
+// A read in place: the image input x (batch, row) of a program whose batch gather is fused into its GEMMs.
 template <typename T, bool TA, bool TB, class Tile, class Ep>
-static int gc_gemm(const gc_rows* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
+static int gc_gemm(gc_rows A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
                    long long sb = 0, long long sc = 0) {
-    return gc_gemm_launch<T, TA, TB, Tile, Ep, true>(nullptr, A, B, C, M, N, K, ep, batch, 0, sb, sc);
+    if (!A.source) return gc_fail(GC_ERR_ARG, "gc_gemm: no batch input set (gc_batch_input) for the image input");
+    return gc_gemm_launch<T, TA, TB, Tile, Ep, true>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc);
 }
 #endif   // GC_KERNELS

@@ -9,7 +9,7 @@
 // GEMM (signature and meaning in gc_gemm.h; the tile is a cuda setting and ignored here). Loop orders are
 // chosen per transpose case so the innermost loop is contiguous; each output is summed in double by one
 // thread, in k order, and passed through the epilogue as it is stored. `a(b, r, c)` is element (r, c) of
-// A[b] as stored: a plain matrix, or the batch rows of an image input (gc_rows: row r is the source's row
+// A[b] as stored: a plain matrix, or the image input read in place (gc_rows: row r is the source's row
 // index[r], uint8 sources scaled exactly as the trainer's gather converts them).
 template <typename T>
 struct gc_cpu_matrix {
@@ -18,12 +18,12 @@ struct gc_cpu_matrix {
     double operator()(int b, size_t r, size_t c) const { return p[b * stride + (long long)r * ld + c]; }
 };
 struct gc_cpu_rows {
-    const gc_rows* rows;
+    gc_rows rows;
     long long ld;
     double operator()(int, size_t r, size_t c) const {
-        const long long at = (long long)gc_rows_index(rows)[r] * ld + (long long)c;
-        return rows->u8 ? (double)((float)((const uint8_t*)rows->source)[at] * rows->scale)
-                        : (double)((const float*)rows->source)[at];
+        const long long at = (long long)(rows.index ? rows.index[r] : r) * ld + (long long)c;
+        return rows.u8 ? (double)((float)((const uint8_t*)rows.source)[at] * rows.scale)
+                       : (double)((const float*)rows.source)[at];
     }
 };
 
@@ -71,10 +71,11 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
     return gc_gemm_cpu<T, TA, TB, Tile>(gc_cpu_matrix<T>{A, TA ? M : K, sa}, B, C, M, N, K, ep, batch, sb, sc);
 }
 
-// A read through batch rows (one matrix: the image input x, stored (batch, row)).
+// A read in place (one matrix: the image input x, stored (batch, row)).
 template <typename T, bool TA, bool TB, class Tile, class Ep>
-static int gc_gemm(const gc_rows* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
+static int gc_gemm(gc_rows A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
                    long long sb = 0, long long sc = 0) {
+    if (!A.source) return gc_fail(GC_ERR_ARG, "gc_gemm: no batch input set (gc_batch_input) for the image input");
     return gc_gemm_cpu<T, TA, TB, Tile>(gc_cpu_rows{A, TA ? M : K}, B, C, M, N, K, ep, batch, sb, sc);
 }
 
@@ -96,17 +97,13 @@ static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* 
     return GC_OK;
 }
 
-static int gc_batch_rows(const void* images, int u8, float scale, const int32_t* labels, const gc_cursor* cursor,
-                         int64_t first, int count, gc_rows* rows, int32_t* y, int batch, const float* loss,
-                         double* sums) {
+static int gc_batch_rows(const int32_t* labels, const gc_cursor* cursor, int64_t first, int count, uint32_t* rows,
+                         int32_t* y, int batch, const float* loss, double* sums) {
     for (int b = 0; b < batch; b++) {
         const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
-        gc_rows_index(rows)[b] = src;
+        rows[b] = src;
         y[b] = labels[src];
     }
-    rows->source = images;
-    rows->scale = scale;
-    rows->u8 = u8;
     if (sums) gc_record_loss(sums, *loss);
     return GC_OK;
 }

@@ -95,34 +95,26 @@ GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_curso
                      cursor, first, count, row, scale, x, y, batch, loss, sums);
 }
 
-// A program whose GEMMs read x through row indices (gc_rows) gets the batch's rows instead: thread b writes
-// row b's example index and label (the same gc_batch_source as the gather), thread 0 the source
-// descriptor and the previous step's loss. The dataset pointer is a kernel parameter: each split's graph
-// holds its own.
-__global__ void gc_batch_rows_kernel(const void* images, int u8, float scale, const int32_t* __restrict__ labels,
-                                     const gc_cursor* __restrict__ cursor, int64_t first, int count,
-                                     gc_rows* __restrict__ rows, int32_t* __restrict__ y, int batch,
-                                     const float* __restrict__ loss, double* __restrict__ sums) {
+// A program whose GEMMs read x in place (gc_rows) gets the batch's row indices instead: thread b writes row
+// b's example (the same gc_batch_source as the gather) and its label; thread 0 records the previous step's
+// loss. Where the rows are (the split's dataset) is the GEMMs' launch parameter (gc_batch_input).
+__global__ void gc_batch_rows_kernel(const int32_t* __restrict__ labels, const gc_cursor* __restrict__ cursor,
+                                     int64_t first, int count, uint32_t* __restrict__ rows, int32_t* __restrict__ y,
+                                     int batch, const float* __restrict__ loss, double* __restrict__ sums) {
     gc_wait_prior();
     const int b = blockIdx.x * blockDim.x + threadIdx.x;
     if (b < batch) {
         const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
-        gc_rows_index(rows)[b] = src;
+        rows[b] = src;
         y[b] = labels[src];
     }
-    if (b == 0) {
-        rows->source = images;
-        rows->scale = scale;
-        rows->u8 = u8;
-        if (sums) gc_record_loss(sums, *loss);
-    }
+    if (sums && b == 0) gc_record_loss(sums, *loss);
 }
 
-GC_SHARED int gc_batch_rows(const void* images, int u8, float scale, const int32_t* labels, const gc_cursor* cursor,
-                            int64_t first, int count, gc_rows* rows, int32_t* y, int batch, const float* loss,
-                            double* sums) {
-    return gc_launch(gc_batch_rows_kernel, (batch + GC_BLOCK - 1) / GC_BLOCK, GC_BLOCK, images, u8, scale, labels,
-                     cursor, first, count, rows, y, batch, loss, sums);
+GC_SHARED int gc_batch_rows(const int32_t* labels, const gc_cursor* cursor, int64_t first, int count, uint32_t* rows,
+                            int32_t* y, int batch, const float* loss, double* sums) {
+    return gc_launch(gc_batch_rows_kernel, (batch + GC_BLOCK - 1) / GC_BLOCK, GC_BLOCK, labels, cursor, first, count,
+                     rows, y, batch, loss, sums);
 }
 
 // The cursor lives on the device: one thread runs gc_cursor_start / gc_cursor_advance (gc_runtime.h).
@@ -172,9 +164,8 @@ template int gc_gather<float>(const float*, const int32_t*, const gc_cursor*, in
 template <typename IMG>
 GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
                         int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums);
-GC_SHARED int gc_batch_rows(const void* images, int u8, float scale, const int32_t* labels, const gc_cursor* cursor,
-                            int64_t first, int count, gc_rows* rows, int32_t* y, int batch, const float* loss,
-                            double* sums);
+GC_SHARED int gc_batch_rows(const int32_t* labels, const gc_cursor* cursor, int64_t first, int count, uint32_t* rows,
+                            int32_t* y, int batch, const float* loss, double* sums);
 GC_SHARED int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums);
 GC_SHARED int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums);
 GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,

@@ -265,15 +265,19 @@ typedef struct {
 } gc_loop;
 
 // Gather a batch into the image and label placeholders' buffers, which both steps read (see gc_gather); or,
-// where the GEMMs read x in place (GC_X_ROWS), write the batch's row indices into the dataset (gc_batch_rows).
+// where the GEMMs read x in place (GC_X_ROWS), write the batch's row indices into the dataset and its labels
+// (gc_batch_rows), the split being the steps' batch input (gc_batch_input, set here as the steps are
+// enqueued: launched, or captured into the split's graph).
 static int gc_gather_batch(const gc_split* s, const gc_cursor* cursor, int64_t first, int count, double scale,
                            unsigned char* A, double* sums) {
     float* x = (float*)(A + GC_X_OFFSET);
     int32_t* y = (int32_t*)(A + GC_Y_OFFSET);
     const float* loss = (const float*)(A + GC_LOSS_OFFSET);
-    if (GC_X_ROWS)
-        return gc_batch_rows(s->images_dev, s->images.dtype == GC_U8, (float)scale, s->labels_dev, cursor, first, count,
-                             (gc_rows*)(A + GC_X_OFFSET), y, GC_BATCH, loss, sums);
+    if (GC_X_ROWS) {
+        gc_rows in = {s->images_dev, (const uint32_t*)(A + GC_X_OFFSET), (float)scale, s->images.dtype == GC_U8};
+        *gc_batch_input() = in;
+        return gc_batch_rows(s->labels_dev, cursor, first, count, (uint32_t*)(A + GC_X_OFFSET), y, GC_BATCH, loss, sums);
+    }
     if (s->images.dtype == GC_U8)
         return gc_gather<uint8_t>(s->images_dev, s->labels_dev, cursor, first, count, GC_ROW, (float)scale, x, y,
                                   GC_BATCH, loss, sums);
@@ -301,7 +305,6 @@ static int gc_run_steps(gc_loop* L, uint64_t epoch, int64_t s0, int64_t s1) {
     if (s0 < 0 || s1 > L->steps || s0 > s1)
         return gc_fail(GC_ERR_ARG, "gc_run_steps: steps [%lld, %lld) are outside the epoch's [0, %lld)",
                        (long long)s0, (long long)s1, (long long)L->steps);
-    L->m->rows_library = 0;   // the trainer's batch rows replace the library's (gc_library_rows)
     GC_TRY(gc_set_cursor(L->cursor, s0, gc_perm_make(L->seed, epoch, (uint32_t)L->train.count), L->shuffle,
                          s0 == 0 ? L->loss_sums : NULL));
     GC_TRY(gc_replay_steps(&L->m->graphs, GC_GRAPH_TRAINER_STEPS, L->train.images_dev, s1 - s0, L->per_graph,
@@ -329,7 +332,6 @@ static int64_t gc_eval_batches(const gc_loop* L) { return (L->valid.count + GC_B
 
 // Accuracy over every example of the evaluated split: one graph launch, one read.
 static int gc_evaluate(gc_loop* L, double* accuracy) {
-    L->m->rows_library = 0;
     GC_TRY(gc_replay(&L->m->graphs, GC_GRAPH_TRAINER_EVAL, L->valid.images_dev, gc_eval_batches(L),
                      gc_enqueue_trainer_eval, L, "the evaluation"));
     int64_t correct;
@@ -341,7 +343,6 @@ static int gc_evaluate(gc_loop* L, double* accuracy) {
 // Capture, before any clock starts, the graphs an epoch and an evaluation replay.
 static int gc_prepare_graphs(gc_loop* L, int is_train) {
     gc_graph* g;
-    L->m->rows_library = 0;
     GC_TRY(gc_graph_get(&L->m->graphs, GC_GRAPH_TRAINER_EVAL, L->valid.images_dev, gc_eval_batches(L),
                         gc_enqueue_trainer_eval, L, "the evaluation", &g));
     if (!is_train) return GC_OK;

@@ -164,10 +164,10 @@ class Lowering:
         batch = node.shape[0] if node.ndim == 3 else 1
         # a stack's matrices follow each other; a shared matrix (2-D, or a stack of one) has stride 0
         sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
-        # an image input read through batch rows (plan_memory.batch_rows): A is its gc_rows
+        # the image input read in place (plan_memory.batch_rows): A is the steps' batch input (gc_rows)
         rows = not is_literal(storage_root(a)) and self.plan.buffer_of(a, self.direction).rows
-        pa = f"((const gc_rows*)(A + {self.plan.offset_of(a, self.direction)}))" if rows else self.pointer(a)
-        return {"a": pa, "b": self.pointer(b), "c": c, "m": m, "n": n, "k": k,
+        return {"a": "*gc_batch_input()" if rows else self.pointer(a), "b": self.pointer(b), "c": c,
+                "m": m, "n": n, "k": k,
                 "trans_a": int(ta), "trans_b": int(tb), "ctype": C_TYPES[node.dtype],
                 "tile": choose_tile(m, n, k, ta, tb, self.precision if node.dtype == "float32" else "fp32", batch),
                 "batch": batch, "sa": sa, "sb": sb, "sc": m * n,

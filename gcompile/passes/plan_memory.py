@@ -22,9 +22,9 @@ Within a schedule a temporary is live from the step that writes it to the last s
 
 The image input of a trainer program whose every reader is a GEMM reading it as its A operand (the MLP's
 x @ W1 and x^T @ dh1, logistic regression likewise; `batch_rows`) gets no buffer of its values: its
-persistent buffer holds the batch's rows instead (runtime gc_rows: where the values are, and one row index
-per batch row), and those GEMMs read x's rows in place — the trainer's dataset, or the library's input
-buffer outside the arena (docs/compiler.md, "The batch gather fused into the GEMMs").
+persistent buffer holds one row index per batch row instead, and those GEMMs read x's rows in place — in the
+trainer's dataset, or the library's input buffer outside the arena (runtime gc_rows; docs/compiler.md, "The
+batch gather fused into the GEMMs").
 
 Placement is greedy first-fit: buffers in some order, each at the lowest offset that overlaps no placed
 buffer live at the same time. Several orders are tried (largest first, earliest first, longest-lived first)
@@ -45,7 +45,6 @@ from .fuse import written_member
 
 ALIGN = 256
 PERSISTENT_KINDS = ("placeholder", "variable", "constant")
-ROWS_HEADER = 16    # sizeof(gc_rows) in runtime/gc_runtime.h: source pointer, scale, uint8 flag
 
 
 def aligned(nbytes: int) -> int:
@@ -77,7 +76,7 @@ class Buffer:
     last: int | None
     region: str              # "persistent" or "temp"
     schedule: str | None     # the schedule a temporary belongs to (None: persistent)
-    rows: bool = False       # holds the batch rows of an image input (gc_rows), not its values
+    rows: bool = False       # holds the row indices of an image input read in place, not its values
 
     @property
     def needed(self) -> int:
@@ -138,8 +137,8 @@ class MemoryPlan:
 
 
 def rows_bytes(x: Node) -> int:
-    """The batch rows of image input x: a gc_rows header and one uint32 row index per batch row."""
-    return ROWS_HEADER + 4 * x.shape[0]
+    """The batch rows of image input x: one uint32 row index per batch row."""
+    return 4 * x.shape[0]
 
 
 def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, str]:
@@ -156,8 +155,8 @@ def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, 
                                "otherwise than as a GEMM's A operand)")
     if x.ndim != 2:
         return False, f"{x.name}: gathered into its buffer each step (not a matrix of batch rows)"
-    return True, (f"{x.name}: no buffer of its values; the GEMMs read its rows in place through the batch rows "
-                  f"at its offset ({rows_bytes(x)} bytes: the batch gather is fused into their loads)")
+    return True, (f"{x.name}: no buffer of its values; the GEMMs read its rows in place, through the row indices "
+                  f"at its offset ({rows_bytes(x)} bytes): the batch gather is fused into their loads")
 
 
 def reads_rows_only(node: Node, x: Node) -> bool:
