@@ -247,10 +247,10 @@ __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, 
     }
 }
 
-// RA: A is the image input read in place (p.rows, gc_rows) — a program whose batch gather is fused into its
-// GEMMs. A's stored rows are the batch's rows: M without TA (x @ W), K with TA (x^T @ g). Indexed rows or a
-// uint8 source take the rows path below; a float source without indices (the library's input buffer) is a
-// plain matrix, the same loads as RA = false (a branch the whole block takes one way).
+// RA: A is the image input read in place through row indices or from a uint8 source (p.rows, gc_rows) — a
+// program whose batch gather is fused into its GEMMs. A's stored rows are the batch's rows: M without TA
+// (x @ W), K with TA (x^T @ g). (A float source without indices, the library's input buffer, is a plain
+// matrix: gc_gemm launches the RA = false kernel for it.)
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
 gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
@@ -266,7 +266,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
     constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
     constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
-    // The rows path: the row indices this block reads, staged once (BM rows of M; with TA the split's K
+    // The row indices this block reads, staged once (BM rows of M; with TA the split's K
     // range, which the static shape bounds), so that a step's loads wait on shared memory only.
     static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0 && sizeof(T) == 4), "gc_gemm: batch rows need a static shape");
     constexpr int KSMAX = ((Tile::SK + S - 1) / S + BK - 1) / BK * BK, NIDX = RA ? (TA ? KSMAX : BM) : 1;
@@ -300,8 +300,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     const T* __restrict__ A = p.A + b * p.sa;
     const T* __restrict__ B = p.B + b * p.sb;
     T* __restrict__ C = p.C + b * p.sc;
-    const bool indexed = RA && (p.rows.index || p.rows.u8);
-    if (RA && indexed) {
+    if constexpr (RA) {
         const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(BM, M - m0);
         for (int i = threadIdx.x; i < NIDX; i += THREADS)
             ridx[i] = i >= count ? 0 : p.rows.index ? p.rows.index[first + i] : first + i;
@@ -316,7 +315,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     StageB gb0, gb1;
     auto load = [&](StageA& ga, StageB& gb, int kt) {
         const int k0 = k_begin + kt * BK;
-        if (RA && indexed) {
+        if constexpr (RA) {
             const void* src = p.rows.source;
             const bool u8 = p.rows.u8;
             if (TA) ga.template load_rows<!EK, !EM>(src, u8, p.rows.scale, ridx + kt * BK, m0, M, k_end - k0, M - m0, va);
@@ -540,10 +539,15 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
 }
 
 // A read in place: the image input x (batch, row) of a program whose batch gather is fused into its GEMMs.
+// The library's input buffer (float rows 0..batch-1) is a plain matrix: the kernel every other GEMM of this
+// tile and epilogue is, with the same loads. Indexed rows or uint8 data (the trainer's dataset) take the
+// kernel that reads rows (RA): two instantiations, so that the plain one keeps its registers and speed.
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 static int gc_gemm(gc_rows A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
                    long long sb = 0, long long sc = 0) {
     if (!A.source) return gc_fail(GC_ERR_ARG, "gc_gemm: no batch input set (gc_batch_input) for the image input");
+    if (!A.index && !A.u8)
+        return gc_gemm_launch<T, TA, TB, Tile, Ep, false>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc);
     return gc_gemm_launch<T, TA, TB, Tile, Ep, true>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc);
 }
 #endif   // GC_KERNELS

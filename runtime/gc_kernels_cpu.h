@@ -97,8 +97,8 @@ static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* 
     return GC_OK;
 }
 
-static int gc_batch_rows(const int32_t* labels, const gc_cursor* cursor, int64_t first, int count, uint32_t* rows,
-                         int32_t* y, int batch, const float* loss, double* sums) {
+static int gc_batch_rows(const void*, int, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
+                         uint32_t* rows, int32_t* y, int batch, const float* loss, double* sums) {
     for (int b = 0; b < batch; b++) {
         const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
         rows[b] = src;

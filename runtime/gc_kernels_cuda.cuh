@@ -96,9 +96,12 @@ GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_curso
 }
 
 // A program whose GEMMs read x in place (gc_rows) gets the batch's row indices instead: thread b writes row
-// b's example (the same gc_batch_source as the gather) and its label; thread 0 records the previous step's
-// loss. Where the rows are (the split's dataset) is the GEMMs' launch parameter (gc_batch_input).
-__global__ void gc_batch_rows_kernel(const int32_t* __restrict__ labels, const gc_cursor* __restrict__ cursor,
+// b's example (the same gc_batch_source as the gather) and its label, and asks L2 for the example's bytes,
+// so that the first GEMM's loads find them there instead of waiting for device memory at every K step;
+// thread 0 records the previous step's loss. Where the rows are (the split's dataset) is the GEMMs' launch
+// parameter (gc_batch_input).
+__global__ void gc_batch_rows_kernel(const unsigned char* __restrict__ images, int row_bytes,
+                                     const int32_t* __restrict__ labels, const gc_cursor* __restrict__ cursor,
                                      int64_t first, int count, uint32_t* __restrict__ rows, int32_t* __restrict__ y,
                                      int batch, const float* __restrict__ loss, double* __restrict__ sums) {
     gc_wait_prior();
@@ -107,14 +110,18 @@ __global__ void gc_batch_rows_kernel(const int32_t* __restrict__ labels, const g
         const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
         rows[b] = src;
         y[b] = labels[src];
+        const unsigned char* p = images + (int64_t)src * row_bytes;
+        for (int o = 0; o < row_bytes; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + row_bytes - 1));   // the last line, when o skipped it
     }
     if (sums && b == 0) gc_record_loss(sums, *loss);
 }
 
-GC_SHARED int gc_batch_rows(const int32_t* labels, const gc_cursor* cursor, int64_t first, int count, uint32_t* rows,
-                            int32_t* y, int batch, const float* loss, double* sums) {
-    return gc_launch(gc_batch_rows_kernel, (batch + GC_BLOCK - 1) / GC_BLOCK, GC_BLOCK, labels, cursor, first, count,
-                     rows, y, batch, loss, sums);
+GC_SHARED int gc_batch_rows(const void* images, int row_bytes, const int32_t* labels, const gc_cursor* cursor,
+                            int64_t first, int count, uint32_t* rows, int32_t* y, int batch, const float* loss,
+                            double* sums) {
+    return gc_launch(gc_batch_rows_kernel, (batch + GC_BLOCK - 1) / GC_BLOCK, GC_BLOCK,
+                     (const unsigned char*)images, row_bytes, labels, cursor, first, count, rows, y, batch, loss, sums);
 }
 
 // The cursor lives on the device: one thread runs gc_cursor_start / gc_cursor_advance (gc_runtime.h).
@@ -164,8 +171,9 @@ template int gc_gather<float>(const float*, const int32_t*, const gc_cursor*, in
 template <typename IMG>
 GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
                         int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums);
-GC_SHARED int gc_batch_rows(const int32_t* labels, const gc_cursor* cursor, int64_t first, int count, uint32_t* rows,
-                            int32_t* y, int batch, const float* loss, double* sums);
+GC_SHARED int gc_batch_rows(const void* images, int row_bytes, const int32_t* labels, const gc_cursor* cursor,
+                            int64_t first, int count, uint32_t* rows, int32_t* y, int batch, const float* loss,
+                            double* sums);
 GC_SHARED int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums);
 GC_SHARED int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums);
 GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,

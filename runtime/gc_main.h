@@ -276,7 +276,8 @@ static int gc_gather_batch(const gc_split* s, const gc_cursor* cursor, int64_t f
     if (GC_X_ROWS) {
         gc_rows in = {s->images_dev, (const uint32_t*)(A + GC_X_OFFSET), (float)scale, s->images.dtype == GC_U8};
         *gc_batch_input() = in;
-        return gc_batch_rows(s->labels_dev, cursor, first, count, (uint32_t*)(A + GC_X_OFFSET), y, GC_BATCH, loss, sums);
+        return gc_batch_rows(s->images_dev, GC_ROW * gc_dtype_sizes[s->images.dtype], s->labels_dev, cursor, first, count,
+                             (uint32_t*)(A + GC_X_OFFSET), y, GC_BATCH, loss, sums);
     }
     if (s->images.dtype == GC_U8)
         return gc_gather<uint8_t>(s->images_dev, s->labels_dev, cursor, first, count, GC_ROW, (float)scale, x, y,
