@@ -96,9 +96,9 @@ GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_curso
 }
 
 // A program whose GEMMs read x in place (gc_rows) gets the batch's row indices instead: thread b writes row
-// b's example (the same gc_batch_source as the gather) and its label, and asks L2 for the example's bytes,
-// so that the first GEMM's loads find them there instead of waiting for device memory at every K step;
-// thread 0 records the previous step's loss. Where the rows are (the split's dataset) is the GEMMs' launch
+// b's example (the same gc_batch_source as the gather) and its label, and brings the example's bytes into
+// L2, so that the first GEMM's loads find them there instead of waiting for device memory at every K
+// step; thread 0 records the previous step's loss. Where the rows are (the split's dataset) is the GEMMs' launch
 // parameter (gc_batch_input).
 __global__ void gc_batch_rows_kernel(const unsigned char* __restrict__ images, int row_bytes,
                                      const int32_t* __restrict__ labels, const gc_cursor* __restrict__ cursor,
@@ -110,9 +110,12 @@ __global__ void gc_batch_rows_kernel(const unsigned char* __restrict__ images, i
         const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
         rows[b] = src;
         y[b] = labels[src];
+        // one byte of every 128-byte line the row touches (the last one's too), loaded together; the kernel
+        // ends when they have arrived (gc_wait_value), so the lines are in L2 when the GEMMs start
         const unsigned char* p = images + (int64_t)src * row_bytes;
-        for (int o = 0; o < row_bytes; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + row_bytes - 1));   // the last line, when o skipped it
+        unsigned touch = p[row_bytes - 1];
+        for (int o = 0; o < row_bytes; o += 128) touch += p[o];
+        gc_wait_value(__uint_as_float(touch));
     }
     if (sums && b == 0) gc_record_loss(sums, *loss);
 }
