@@ -151,49 +151,42 @@ struct gc_gemm_stage {
     }
 
     // The same block of the image input read in place (gc_rows): row r of the block is row index[r] of the
-    // source, from column c0 on; uint8 sources are scaled as they arrive (vec: 4-element runs allowed).
+    // source, from column c0 on, in runs of 4 elements (its rows' length is a multiple of 4 and the source
+    // aligned: gc_gemm checks). A uint8 run stays packed in v[i][0] until store_rows converts it: converting
+    // here would wait for the load, at every K step, where the pipeline means it to be in flight.
     template <bool CR, bool CC>
-    __device__ __forceinline__ void load_rows(const void* source, bool u8, float scale, const uint32_t* index,
-                                              int c0, long long ld, int rows_left, int cols_left, bool vec) {
+    __device__ __forceinline__ void load_rows(const void* source, bool u8, const uint32_t* index, int c0,
+                                              long long ld, int rows_left, int cols_left) {
         static_assert(W == 4, "gc_gemm: batch rows are float operands");
 #pragma unroll
         for (int i = 0; i < PER; i++) {
             const int slot = threadIdx.x + i * THREADS;
             const int r = slot / (COLS / W), c = slot % (COLS / W) * W;
-            const bool live = (SLOTS % THREADS == 0 || slot < SLOTS) && (!CR || r < rows_left);
-            const long long at = live ? (long long)index[r] * ld + c0 + c : 0;
-            if (u8) {
-                const uint8_t* p = (const uint8_t*)source + at;
-                if (vec && live && (!CC || c < cols_left)) {
-                    const uchar4 q = *(const uchar4*)p;
-                    v[i][0] = (float)q.x * scale; v[i][1] = (float)q.y * scale;
-                    v[i][2] = (float)q.z * scale; v[i][3] = (float)q.w * scale;
-                } else {
+            const bool live = (SLOTS % THREADS == 0 || slot < SLOTS) && (!CR || r < rows_left) && (!CC || c < cols_left);
+            if (!live) {
 #pragma unroll
-                    for (int j = 0; j < W; j++)
-                        v[i][j] = live && (!CC || c + j < cols_left) ? (float)p[j] * scale : T(0);
-                }
-            } else {
-                const T* p = (const T*)source + at;
-                if (vec && live && (!CC || c < cols_left)) gc_ld16(p, v[i]);
-                else {
-#pragma unroll
-                    for (int j = 0; j < W; j++) v[i][j] = live && (!CC || c + j < cols_left) ? p[j] : T(0);
-                }
+                for (int j = 0; j < W; j++) v[i][j] = T(0);
+                continue;
             }
+            const long long at = (long long)index[r] * ld + c0 + c;
+            if (u8) v[i][0] = __uint_as_float(*(const uint32_t*)((const uint8_t*)source + at));
+            else gc_ld16((const T*)source + at, v[i]);
         }
     }
 
-    template <bool TRANSPOSED, bool TF32>
-    __device__ __forceinline__ void store(T* s, int lds) {
+    // Shared memory gets each slot's W values through `convert` (raw registers -> elements), tf32-rounded
+    // for tf32 tiles; rows of the block become rows of the array, or its columns (TRANSPOSED).
+    template <bool TRANSPOSED, bool TF32, class Convert>
+    __device__ __forceinline__ void store_with(T* s, int lds, Convert convert) {
 #pragma unroll
         for (int i = 0; i < PER; i++) {
             const int slot = threadIdx.x + i * THREADS;
             if (SLOTS % THREADS != 0 && slot >= SLOTS) continue;
             const int r = slot / (COLS / W), c = slot % (COLS / W) * W;
             T w[W];
+            convert(v[i], w);
 #pragma unroll
-            for (int j = 0; j < W; j++) w[j] = TF32 ? (T)gc_tf32((float)v[i][j]) : v[i][j];
+            for (int j = 0; j < W; j++) w[j] = TF32 ? (T)gc_tf32((float)w[j]) : w[j];
             if (TRANSPOSED) {
 #pragma unroll
                 for (int j = 0; j < W; j++) s[(c + j) * lds + r] = w[j];
@@ -201,6 +194,24 @@ struct gc_gemm_stage {
                 gc_st16(s + r * lds + c, w);
             }
         }
+    }
+
+    template <bool TRANSPOSED, bool TF32>
+    __device__ __forceinline__ void store(T* s, int lds) {
+        store_with<TRANSPOSED, TF32>(s, lds, [](const T* in, T* out) {
+#pragma unroll
+            for (int j = 0; j < W; j++) out[j] = in[j];
+        });
+    }
+
+    // What load_rows loaded: uint8 runs become u8 * scale (in float, as the trainer's gather computes them).
+    template <bool TRANSPOSED, bool TF32>
+    __device__ __forceinline__ void store_rows(T* s, int lds, bool u8, float scale) {
+        store_with<TRANSPOSED, TF32>(s, lds, [&](const T* in, T* out) {
+            const uint32_t q = __float_as_uint(in[0]);
+#pragma unroll
+            for (int j = 0; j < W; j++) out[j] = u8 ? (float)((q >> (8 * j)) & 0xff) * scale : in[j];
+        });
     }
 };
 
@@ -317,9 +328,8 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         const int k0 = k_begin + kt * BK;
         if constexpr (RA) {
             const void* src = p.rows.source;
-            const bool u8 = p.rows.u8;
-            if (TA) ga.template load_rows<!EK, !EM>(src, u8, p.rows.scale, ridx + kt * BK, m0, M, k_end - k0, M - m0, va);
-            else    ga.template load_rows<!EM, !EK>(src, u8, p.rows.scale, ridx, k0, K, M - m0, k_end - k0, va);
+            if (TA) ga.template load_rows<!EK, !EM>(src, p.rows.u8, ridx + kt * BK, m0, M, k_end - k0, M - m0);
+            else    ga.template load_rows<!EM, !EK>(src, p.rows.u8, ridx, k0, K, M - m0, k_end - k0);
         } else {
             if (TA) ga.template load<!EK, !EM>(A + (size_t)k0 * M + m0, M, k_end - k0, M - m0, va);
             else    ga.template load<!EM, !EK>(A + (size_t)m0 * K + k0, K, M - m0, k_end - k0, va);
@@ -328,7 +338,8 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         else    gb.template load<!EK, !EN>(B + (size_t)k0 * N + n0, N, k_end - k0, N - n0, vb);
     };
     auto store = [&](StageA& ga, StageB& gb, int buf) {
-        ga.template store<!TA, TC>(As + buf * BK * LDA, LDA);
+        if constexpr (RA) ga.template store_rows<!TA, TC>(As + buf * BK * LDA, LDA, p.rows.u8, p.rows.scale);
+        else ga.template store<!TA, TC>(As + buf * BK * LDA, LDA);
         gb.template store<TB, TC>(Bs + buf * BK * LDB, LDB);
     };
 
@@ -510,11 +521,8 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     auto vectors = [&](const void* ptr, int contiguous, long long stride, int width) {
         return contiguous % width == 0 && (uintptr_t)ptr % 16 == 0 && (batch == 1 || stride % width == 0);
     };
-    // a uint8 source moves runs of 4 bytes: its rows' length and the pointer must keep them 4-byte aligned
-    const bool va = RA && rows.u8 ? (TA ? M : K) % 4 == 0 && (uintptr_t)rows.source % 4 == 0
-                                  : vectors(A, TA ? M : K, sa, W);
     gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep, rows,
-                               va, vectors(B, TB ? K : N, sb, W),
+                               vectors(A, TA ? M : K, sa, W), vectors(B, TB ? K : N, sb, W),
                                vectors(C, N, sc, 4)};
     const long long tiles = (long long)((M + Tile::BM - 1) / Tile::BM) * ((N + Tile::BN - 1) / Tile::BN);
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
@@ -548,6 +556,10 @@ static int gc_gemm(gc_rows A, const T* B, T* C, int M, int N, int K, Ep ep, int 
     if (!A.source) return gc_fail(GC_ERR_ARG, "gc_gemm: no batch input set (gc_batch_input) for the image input");
     if (!A.index && !A.u8)
         return gc_gemm_launch<T, TA, TB, Tile, Ep, false>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc);
+    // the rows kernel moves runs of 4 elements (plan_memory.batch_rows wants rows of a multiple of 4)
+    if ((TA ? M : K) % 4 || (uintptr_t)A.source % (A.u8 ? 4 : 16))
+        return gc_fail(GC_ERR_ARG, "gc_gemm: the image input's rows (%d elements, at %p) are not 4-element runs",
+                       TA ? M : K, A.source);
     return gc_gemm_launch<T, TA, TB, Tile, Ep, true>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc);
 }
 #endif   // GC_KERNELS

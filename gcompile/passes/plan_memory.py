@@ -144,7 +144,7 @@ def rows_bytes(x: Node) -> int:
 def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, str]:
     """Whether the trainer's image input x can be read through batch rows (no buffer of its values): every
     step of every schedule that reads it is a 2-D float GEMM reading it as A, and only there (not as B, not
-    in the GEMM's epilogue). A stored row of A is then a batch row whether or not A is transposed. Returns
+    in the GEMM's epilogue), and its rows are a multiple of 4 elements. A stored row of A is then a batch row whether or not A is transposed. Returns
     the answer and a line for `gcompile inspect`."""
     if x is None:
         return False, ""
@@ -153,8 +153,8 @@ def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, 
             if x in node.inputs and not reads_rows_only(node, x):
                 return False, (f"{x.name}: gathered into its buffer each step ({name}: {node.name} reads it "
                                "otherwise than as a GEMM's A operand)")
-    if x.ndim != 2:
-        return False, f"{x.name}: gathered into its buffer each step (not a matrix of batch rows)"
+    if x.ndim != 2 or x.shape[1] % 4:   # the GEMMs' row loader moves runs of 4 elements
+        return False, f"{x.name}: gathered into its buffer each step (not a matrix of rows of 4k elements)"
     return True, (f"{x.name}: no buffer of its values; the GEMMs read its rows in place, through the row indices "
                   f"at its offset ({rows_bytes(x)} bytes): the batch gather is fused into their loads")
 
