@@ -150,12 +150,12 @@ struct gc_gemm_stage {
         }
     }
 
-    // The same block of the image input read in place (gc_rows): row r of the block is row index[base + r]
-    // of the source (base + r without an index), from column c0 on, in runs of 4 elements (its rows' length is a multiple of 4 and the source
+    // The same block of the image input read in place (gc_rows): row r of the block is row index[r] of the
+    // source, from column c0 on, in runs of 4 elements (its rows' length is a multiple of 4 and the source
     // aligned: gc_gemm checks). A uint8 run stays packed in v[i][0] until store_rows converts it: converting
     // here would wait for the load, at every K step, where the pipeline means it to be in flight.
     template <bool CR, bool CC>
-    __device__ __forceinline__ void load_rows(const void* source, bool u8, const uint32_t* index, int base, int c0,
+    __device__ __forceinline__ void load_rows(const void* source, bool u8, const uint32_t* index, int c0,
                                               long long ld, int rows_left, int cols_left) {
         static_assert(W == 4, "gc_gemm: batch rows are float operands");
 #pragma unroll
@@ -168,7 +168,7 @@ struct gc_gemm_stage {
                 for (int j = 0; j < W; j++) v[i][j] = T(0);
                 continue;
             }
-            const long long at = (long long)(index ? index[base + r] : base + r) * ld + c0 + c;
+            const long long at = (long long)index[r] * ld + c0 + c;
             if (u8) v[i][0] = __uint_as_float(*(const uint32_t*)((const uint8_t*)source + at));
             else gc_ld16((const T*)source + at, v[i]);
         }
@@ -277,12 +277,10 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
     constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
     constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
-    // Row indices: without TA a thread's rows are the same at every K step, and it reads their indices
-    // where they are (L1 after the first step); with TA they are the K step's rows, so the block stages its
-    // split's K range (bounded by the static shape) in shared memory once, and a step's loads wait on
-    // shared memory only.
+    // The row indices this block reads, staged once (BM rows of M; with TA the split's K
+    // range, which the static shape bounds), so that a step's loads wait on shared memory only.
     static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0 && sizeof(T) == 4), "gc_gemm: batch rows need a static shape");
-    constexpr int KSMAX = ((Tile::SK + S - 1) / S + BK - 1) / BK * BK, NIDX = RA && TA ? KSMAX : 1;
+    constexpr int KSMAX = ((Tile::SK + S - 1) / S + BK - 1) / BK * BK, NIDX = RA ? (TA ? KSMAX : BM) : 1;
     static_assert(((PIPE > RED ? PIPE : RED) * sizeof(T) + NIDX * 4) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
     __shared__ __align__(16) T smem[PIPE > RED ? PIPE : RED];
     __shared__ uint32_t ridx[NIDX];
@@ -313,9 +311,10 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     const T* __restrict__ A = p.A + b * p.sa;
     const T* __restrict__ B = p.B + b * p.sb;
     T* __restrict__ C = p.C + b * p.sc;
-    if constexpr (RA && TA) {
+    if constexpr (RA) {
+        const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(BM, M - m0);
         for (int i = threadIdx.x; i < NIDX; i += THREADS)
-            ridx[i] = i >= k_end - k_begin ? 0 : p.rows.index ? p.rows.index[k_begin + i] : k_begin + i;
+            ridx[i] = i >= count ? 0 : p.rows.index ? p.rows.index[first + i] : first + i;
         __syncthreads();
     }
 
@@ -329,8 +328,8 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         const int k0 = k_begin + kt * BK;
         if constexpr (RA) {
             const void* src = p.rows.source;
-            if (TA) ga.template load_rows<!EK, !EM>(src, p.rows.u8, ridx, kt * BK, m0, M, k_end - k0, M - m0);
-            else    ga.template load_rows<!EM, !EK>(src, p.rows.u8, p.rows.index, m0, k0, K, M - m0, k_end - k0);
+            if (TA) ga.template load_rows<!EK, !EM>(src, p.rows.u8, ridx + kt * BK, m0, M, k_end - k0, M - m0);
+            else    ga.template load_rows<!EM, !EK>(src, p.rows.u8, ridx, k0, K, M - m0, k_end - k0);
         } else {
             if (TA) ga.template load<!EK, !EM>(A + (size_t)k0 * M + m0, M, k_end - k0, M - m0, va);
             else    ga.template load<!EM, !EK>(A + (size_t)m0 * K + k0, K, M - m0, k_end - k0, va);
