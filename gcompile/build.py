@@ -243,6 +243,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     manifest = dict(module.manifest, target=target, artifact=asdict(artifact),
                     compiler=parts[0], host_compiler=parts[1] if len(parts) > 1 else None, sanitize=sanitize,
                     arena_bytes=compiled.plan.arena_bytes,
+                    batch_rows=any(b.rows for b in compiled.plan.buffers),
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes)
     write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
     if program_key:

@@ -68,7 +68,7 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
                                    for g, outputs in module.graphs.items())
 
     persistent = list(module.outputs.values()) + ([module.loss] if module.loss is not None else [])
-    plan = plan_memory(schedules, persistent)
+    plan = plan_memory(schedules, persistent, module.trainer["x"] if module.trainer else None)
     check_plan(plan)
     stages["plan_memory"] = plan.format()
 

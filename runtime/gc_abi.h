@@ -14,6 +14,7 @@ struct gc_model {
     unsigned char* arena;   // the one device allocation: GC_ARENA_BYTES
     gc_train_state state;   // the trainer's position (steps, epochs, data order), saved in checkpoints
     gc_graphs graphs;       // captured CUDA graphs of this model's work, freed by gc_destroy
+    float* input;           // GC_X_ROWS: the library's image batch, outside the arena (gc_library_input)
 };
 
 // The live models. Every entry point finds its handle here before touching it, so a destroyed (or never
@@ -35,12 +36,20 @@ enum {
     GC_GRAPH_TRAINER_EVAL = 4,    // the trainer's evaluation of a whole split
 };
 
+// The library's steps read x from its input buffer (GC_X_ROWS; see gc_library_input).
+static void gc_library_batch(gc_model* m) {
+    gc_rows in = {m->input, NULL, 1.0f, 0};
+    *gc_batch_input() = in;
+}
+
 static int gc_enqueue_train(void* model, int64_t steps) {
+    gc_library_batch((gc_model*)model);
     for (int64_t i = 0; i < steps; i++) GC_TRY(gc_run_train(((gc_model*)model)->arena));
     return GC_OK;
 }
 
 static int gc_enqueue_eval(void* model, int64_t steps) {
+    gc_library_batch((gc_model*)model);
     for (int64_t i = 0; i < steps; i++) GC_TRY(gc_run_eval(((gc_model*)model)->arena));
     return GC_OK;
 }
@@ -59,13 +68,28 @@ static const gc_tensor_info* gc_find(const gc_tensor_info* table, int n, const c
     return NULL;
 }
 
+// Where the GEMMs read x in place (GC_X_ROWS: the arena holds x's row indices, not its values), the library's
+// x is input data like the trainer's dataset: a buffer of batch x row floats outside the arena, allocated by
+// the library's first step (the trainer never needs it and keeps to two allocations), read as rows
+// 0..batch-1. Its steps are enqueued with it as the batch input (gc_batch_input).
+static int gc_library_input(gc_model* m) {
+    if (!GC_X_ROWS || m->input) return GC_OK;
+    const size_t bytes = (size_t)GC_BATCH * GC_ROW * sizeof(float);
+    GC_TRY(gc_device_alloc((void**)&m->input, bytes, "input batch"));
+    return gc_device_zero(m->input, bytes);
+}
+
 static int gc_copy_inputs(gc_model* m, const gc_tensor_info* table, int want, const void* const* inputs, int n,
                           const char* fn) {
     if (n != want) return gc_fail(GC_ERR_ARG, "%s: expected %d inputs, got %d", fn, want, n);
     if (n && !inputs) return gc_fail(GC_ERR_ARG, "%s: inputs is NULL", fn);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         if (!inputs[i]) return gc_fail(GC_ERR_ARG, "%s: input %d (%s) is NULL", fn, i, table[i].name);
-        GC_TRY(gc_copy_to_device(m->arena + table[i].offset, inputs[i], table[i].nbytes));
+    GC_TRY(gc_library_input(m));
+    for (int i = 0; i < n; i++) {
+        const int rows = GC_X_ROWS && table[i].offset == GC_X_OFFSET;   // x: into the input buffer
+        GC_TRY(gc_copy_to_device(rows ? (unsigned char*)m->input : m->arena + table[i].offset, inputs[i],
+                                 table[i].nbytes));
     }
     return GC_OK;
 }
@@ -83,6 +107,7 @@ GC_EXPORT void gc_destroy(gc_model* m) {
     }
     gc_graphs_free(&m->graphs);
     gc_device_free(m->arena);
+    gc_device_free(m->input);
     free(m);
 }
 
@@ -171,6 +196,7 @@ GC_EXPORT int gc_time_steps(gc_model* m, int which, int steps, double* seconds) 
     if (!seconds) return gc_fail(GC_ERR_ARG, "gc_time_steps: seconds is NULL");
     if (which == 0 && !GC_HAS_TRAIN_STEP)
         return gc_fail(GC_ERR_ARG, "gc_time_steps: this program has no training step");
+    GC_TRY(gc_library_input(m));   // the inputs of the last library call (zeros before any)
     const int kind = which == 0 ? GC_GRAPH_TRAIN : GC_GRAPH_EVAL;
     gc_enqueue_fn enqueue = which == 0 ? gc_enqueue_train : gc_enqueue_eval;
     const char* what = which == 0 ? "train steps" : "forward passes";

@@ -22,6 +22,7 @@ struct gc_gemm_params {
     int M, N, K;
     long long sa, sb, sc;
     Ep ep;
+    gc_rows rows;          // RA: the image input read in place (A is its source)
     bool va, vb, vc;   // 16-byte accesses allowed: loads of A, of B (along their contiguous dimension), stores of C
 };
 
@@ -149,16 +150,43 @@ struct gc_gemm_stage {
         }
     }
 
-    template <bool TRANSPOSED, bool TF32>
-    __device__ __forceinline__ void store(T* s, int lds) {
+    // The same block of the image input read in place (gc_rows): row r of the block is row index[r] of the
+    // source, from column c0 on, in runs of 4 elements (its rows' length is a multiple of 4 and the source
+    // aligned: gc_gemm checks). A uint8 run stays packed in v[i][0] until store_rows converts it: converting
+    // here would wait for the load, at every K step, where the pipeline means it to be in flight.
+    template <bool CR, bool CC>
+    __device__ __forceinline__ void load_rows(const void* source, bool u8, const uint32_t* index, int c0,
+                                              long long ld, int rows_left, int cols_left) {
+        static_assert(W == 4, "gc_gemm: batch rows are float operands");
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int slot = threadIdx.x + i * THREADS;
+            const int r = slot / (COLS / W), c = slot % (COLS / W) * W;
+            const bool live = (SLOTS % THREADS == 0 || slot < SLOTS) && (!CR || r < rows_left) && (!CC || c < cols_left);
+            if (!live) {
+#pragma unroll
+                for (int j = 0; j < W; j++) v[i][j] = T(0);
+                continue;
+            }
+            const long long at = (long long)index[r] * ld + c0 + c;
+            if (u8) v[i][0] = __uint_as_float(*(const uint32_t*)((const uint8_t*)source + at));
+            else gc_ld16((const T*)source + at, v[i]);
+        }
+    }
+
+    // Shared memory gets each slot's W values through `convert` (raw registers -> elements), tf32-rounded
+    // for tf32 tiles; rows of the block become rows of the array, or its columns (TRANSPOSED).
+    template <bool TRANSPOSED, bool TF32, class Convert>
+    __device__ __forceinline__ void store_with(T* s, int lds, Convert convert) {
 #pragma unroll
         for (int i = 0; i < PER; i++) {
             const int slot = threadIdx.x + i * THREADS;
             if (SLOTS % THREADS != 0 && slot >= SLOTS) continue;
             const int r = slot / (COLS / W), c = slot % (COLS / W) * W;
             T w[W];
+            convert(v[i], w);
 #pragma unroll
-            for (int j = 0; j < W; j++) w[j] = TF32 ? (T)gc_tf32((float)v[i][j]) : v[i][j];
+            for (int j = 0; j < W; j++) w[j] = TF32 ? (T)gc_tf32((float)w[j]) : w[j];
             if (TRANSPOSED) {
 #pragma unroll
                 for (int j = 0; j < W; j++) s[(c + j) * lds + r] = w[j];
@@ -166,6 +194,24 @@ struct gc_gemm_stage {
                 gc_st16(s + r * lds + c, w);
             }
         }
+    }
+
+    template <bool TRANSPOSED, bool TF32>
+    __device__ __forceinline__ void store(T* s, int lds) {
+        store_with<TRANSPOSED, TF32>(s, lds, [](const T* in, T* out) {
+#pragma unroll
+            for (int j = 0; j < W; j++) out[j] = in[j];
+        });
+    }
+
+    // What load_rows loaded: uint8 runs become u8 * scale (in float, as the trainer's gather computes them).
+    template <bool TRANSPOSED, bool TF32>
+    __device__ __forceinline__ void store_rows(T* s, int lds, bool u8, float scale) {
+        store_with<TRANSPOSED, TF32>(s, lds, [&](const T* in, T* out) {
+            const uint32_t q = __float_as_uint(in[0]);
+#pragma unroll
+            for (int j = 0; j < W; j++) out[j] = u8 ? (float)((q >> (8 * j)) & 0xff) * scale : in[j];
+        });
     }
 };
 
@@ -212,7 +258,11 @@ __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, 
     }
 }
 
-template <typename T, bool TA, bool TB, class Tile, class Ep>
+// RA: A is the image input read in place through row indices or from a uint8 source (p.rows, gc_rows) — a
+// program whose batch gather is fused into its GEMMs. A's stored rows are the batch's rows: M without TA
+// (x @ W), K with TA (x^T @ g). (A float source without indices, the library's input buffer, is a plain
+// matrix: gc_gemm launches the RA = false kernel for it.)
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
 gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
@@ -227,8 +277,13 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
     constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
     constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
-    static_assert((PIPE > RED ? PIPE : RED) * sizeof(T) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
+    // The row indices this block reads, staged once (BM rows of M; with TA the split's K
+    // range, which the static shape bounds), so that a step's loads wait on shared memory only.
+    static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0 && sizeof(T) == 4), "gc_gemm: batch rows need a static shape");
+    constexpr int KSMAX = ((Tile::SK + S - 1) / S + BK - 1) / BK * BK, NIDX = RA ? (TA ? KSMAX : BM) : 1;
+    static_assert(((PIPE > RED ? PIPE : RED) * sizeof(T) + NIDX * 4) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
     __shared__ __align__(16) T smem[PIPE > RED ? PIPE : RED];
+    __shared__ uint32_t ridx[NIDX];
     T* As = smem;
     T* Bs = smem + 2 * BK * LDA;
     gc_wait_prior();
@@ -256,6 +311,12 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     const T* __restrict__ A = p.A + b * p.sa;
     const T* __restrict__ B = p.B + b * p.sb;
     T* __restrict__ C = p.C + b * p.sc;
+    if constexpr (RA) {
+        const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(BM, M - m0);
+        for (int i = threadIdx.x; i < NIDX; i += THREADS)
+            ridx[i] = i >= count ? 0 : p.rows.index ? p.rows.index[first + i] : first + i;
+        __syncthreads();
+    }
 
     // A's block is (BM x BK) of A, or (BK x BM) of A stored transposed; B's likewise. Two register sets:
     // with DEEP, a step's loads are issued two steps before their data is stored to shared memory.
@@ -265,13 +326,20 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     StageB gb0, gb1;
     auto load = [&](StageA& ga, StageB& gb, int kt) {
         const int k0 = k_begin + kt * BK;
-        if (TA) ga.template load<!EK, !EM>(A + (size_t)k0 * M + m0, M, k_end - k0, M - m0, va);
-        else    ga.template load<!EM, !EK>(A + (size_t)m0 * K + k0, K, M - m0, k_end - k0, va);
+        if constexpr (RA) {
+            const void* src = p.rows.source;
+            if (TA) ga.template load_rows<!EK, !EM>(src, p.rows.u8, ridx + kt * BK, m0, M, k_end - k0, M - m0);
+            else    ga.template load_rows<!EM, !EK>(src, p.rows.u8, ridx, k0, K, M - m0, k_end - k0);
+        } else {
+            if (TA) ga.template load<!EK, !EM>(A + (size_t)k0 * M + m0, M, k_end - k0, M - m0, va);
+            else    ga.template load<!EM, !EK>(A + (size_t)m0 * K + k0, K, M - m0, k_end - k0, va);
+        }
         if (TB) gb.template load<!EN, !EK>(B + (size_t)n0 * K + k0, K, N - n0, k_end - k0, vb);
         else    gb.template load<!EK, !EN>(B + (size_t)k0 * N + n0, N, k_end - k0, N - n0, vb);
     };
     auto store = [&](StageA& ga, StageB& gb, int buf) {
-        ga.template store<!TA, TC>(As + buf * BK * LDA, LDA);
+        if constexpr (RA) ga.template store_rows<!TA, TC>(As + buf * BK * LDA, LDA, p.rows.u8, p.rows.scale);
+        else ga.template store<!TA, TC>(As + buf * BK * LDA, LDA);
         gb.template store<TB, TC>(Bs + buf * BK * LDB, LDB);
     };
 
@@ -442,9 +510,10 @@ static bool gc_cluster_launch_supported() {
     return supported == 1;
 }
 
-template <typename T, bool TA, bool TB, class Tile, class Ep>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
-                   long long sb = 0, long long sc = 0) {
+// The launch of both forms of A (RA: the image input in place, A = its source).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int N, int K, Ep ep, int batch,
+                          long long sa, long long sb, long long sc) {
     GC_TRY(gc_gemm_check<Tile>(M, N, K, batch));
     if (M == 0 || N == 0 || batch == 0) return GC_OK;
     constexpr int W = 16 / sizeof(T), S = Tile::SPLIT;
@@ -452,14 +521,14 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
     auto vectors = [&](const void* ptr, int contiguous, long long stride, int width) {
         return contiguous % width == 0 && (uintptr_t)ptr % 16 == 0 && (batch == 1 || stride % width == 0);
     };
-    gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep,
+    gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep, rows,
                                vectors(A, TA ? M : K, sa, W), vectors(B, TB ? K : N, sb, W),
                                vectors(C, N, sc, 4)};
     const long long tiles = (long long)((M + Tile::BM - 1) / Tile::BM) * ((N + Tile::BN - 1) / Tile::BN);
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
         return gc_fail(GC_ERR_ARG, "gc_gemm: M=%d N=%d batch=%d is too large for one launch", M, N, batch);
     dim3 grid((unsigned)tiles, 1, batch * S);
-    if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, p);
+    if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);
     if (!gc_cluster_launch_supported())
         return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM splits K over a thread-block cluster, which this "
                        "GPU cannot launch (sm_90 or newer needed)");
@@ -468,6 +537,29 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
     cluster.val.clusterDim.x = 1;
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = S;
-    return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, &cluster, 1, p);
+    return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, &cluster, 1, p);
+}
+
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
+                   long long sb = 0, long long sc = 0) {
+    return gc_gemm_launch<T, TA, TB, Tile, Ep, false>(A, gc_rows{}, B, C, M, N, K, ep, batch, sa, sb, sc);
+}
+
+// A read in place: the image input x (batch, row) of a program whose batch gather is fused into its GEMMs.
+// The library's input buffer (float rows 0..batch-1) is a plain matrix: the kernel every other GEMM of this
+// tile and epilogue is, with the same loads. Indexed rows or uint8 data (the trainer's dataset) take the
+// kernel that reads rows (RA): two instantiations, so that the plain one keeps its registers and speed.
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(gc_rows A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
+                   long long sb = 0, long long sc = 0) {
+    if (!A.source) return gc_fail(GC_ERR_ARG, "gc_gemm: no batch input set (gc_batch_input) for the image input");
+    if (!A.index && !A.u8)
+        return gc_gemm_launch<T, TA, TB, Tile, Ep, false>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc);
+    // the rows kernel moves runs of 4 elements (plan_memory.batch_rows wants rows of a multiple of 4)
+    if ((TA ? M : K) % 4 || (uintptr_t)A.source % (A.u8 ? 4 : 16))
+        return gc_fail(GC_ERR_ARG, "gc_gemm: the image input's rows (%d elements, at %p) are not 4-element runs",
+                       TA ? M : K, A.source);
+    return gc_gemm_launch<T, TA, TB, Tile, Ep, true>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc);
 }
 #endif   // GC_KERNELS

@@ -8,10 +8,27 @@
 
 // GEMM (signature and meaning in gc_gemm.h; the tile is a cuda setting and ignored here). Loop orders are
 // chosen per transpose case so the innermost loop is contiguous; each output is summed in double by one
-// thread, in k order, and passed through the epilogue as it is stored.
-template <typename T, bool TA, bool TB, class Tile, class Ep>
-static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
-                   long long sb = 0, long long sc = 0) {
+// thread, in k order, and passed through the epilogue as it is stored. `a(b, r, c)` is element (r, c) of
+// A[b] as stored: a plain matrix, or the image input read in place (gc_rows: row r is the source's row
+// index[r], uint8 sources scaled exactly as the trainer's gather converts them).
+template <typename T>
+struct gc_cpu_matrix {
+    const T* p;
+    long long ld, stride;
+    double operator()(int b, size_t r, size_t c) const { return p[b * stride + (long long)r * ld + c]; }
+};
+struct gc_cpu_rows {
+    gc_rows rows;
+    long long ld;
+    double operator()(int, size_t r, size_t c) const {
+        const long long at = (long long)(rows.index ? rows.index[r] : r) * ld + (long long)c;
+        return rows.u8 ? (double)((float)((const uint8_t*)rows.source)[at] * rows.scale)
+                       : (double)((const float*)rows.source)[at];
+    }
+};
+
+template <typename T, bool TA, bool TB, class Tile, class Ep, class AT>
+static int gc_gemm_cpu(AT a, const T* B, T* C, int M, int N, int K, Ep ep, int batch, long long sb, long long sc) {
     GC_TRY(gc_gemm_check<Tile>(M, N, K, batch));
 #pragma omp parallel
     {
@@ -19,28 +36,26 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
 #pragma omp for schedule(static) collapse(2)
         for (int b = 0; b < batch; b++) {
             for (int m = 0; m < M; m++) {
-                const T* Ab = A + b * sa;
                 const T* Bb = B + b * sb;
                 T* c = C + b * sc + (size_t)m * N;
                 if (TB) {       // B is (N, K): each output is a dot product of two rows
                     for (int n = 0; n < N; n++) {
                         const T* r = Bb + (size_t)n * K;
                         double s = 0;
-                        if (TA) for (int k = 0; k < K; k++) s += (double)Ab[(size_t)k * M + m] * r[k];
+                        if (TA) for (int k = 0; k < K; k++) s += a(b, k, m) * r[k];
                         else {
-                            const T* a = Ab + (size_t)m * K;
 #pragma omp simd reduction(+ : s)
-                            for (int k = 0; k < K; k++) s += (double)a[k] * r[k];
+                            for (int k = 0; k < K; k++) s += a(b, m, k) * r[k];
                         }
                         acc[n] = s;
                     }
                 } else {        // B is (K, N): accumulate scaled rows of B
                     for (int n = 0; n < N; n++) acc[n] = 0;
                     for (int k = 0; k < K; k++) {
-                        const double a = TA ? Ab[(size_t)k * M + m] : Ab[(size_t)m * K + k];
+                        const double v = TA ? a(b, k, m) : a(b, m, k);
                         const T* r = Bb + (size_t)k * N;
 #pragma omp simd
-                        for (int n = 0; n < N; n++) acc[n] += a * r[n];
+                        for (int n = 0; n < N; n++) acc[n] += v * r[n];
                     }
                 }
                 for (int n = 0; n < N; n++) c[n] = ep(b, m, n, (T)acc[n]);
@@ -48,6 +63,20 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
         }
     }
     return GC_OK;
+}
+
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
+                   long long sb = 0, long long sc = 0) {
+    return gc_gemm_cpu<T, TA, TB, Tile>(gc_cpu_matrix<T>{A, TA ? M : K, sa}, B, C, M, N, K, ep, batch, sb, sc);
+}
+
+// A read in place (one matrix: the image input x, stored (batch, row)).
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm(gc_rows A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
+                   long long sb = 0, long long sc = 0) {
+    if (!A.source) return gc_fail(GC_ERR_ARG, "gc_gemm: no batch input set (gc_batch_input) for the image input");
+    return gc_gemm_cpu<T, TA, TB, Tile>(gc_cpu_rows{A, TA ? M : K}, B, C, M, N, K, ep, batch, sb, sc);
 }
 
 // ---- the trainer's kernels (what each computes: gc_kernels_cuda.cuh, trainer section) ----------------
@@ -65,6 +94,17 @@ static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* 
     if (sums) {
         gc_record_loss(sums, *loss);
     }
+    return GC_OK;
+}
+
+static int gc_batch_rows(const void*, int, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
+                         uint32_t* rows, int32_t* y, int batch, const float* loss, double* sums) {
+    for (int b = 0; b < batch; b++) {
+        const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
+        rows[b] = src;
+        y[b] = labels[src];
+    }
+    if (sums) gc_record_loss(sums, *loss);
     return GC_OK;
 }
 

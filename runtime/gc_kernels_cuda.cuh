@@ -1,7 +1,8 @@
 // gc_kernels_cuda.cuh — generic CUDA kernels the generated launchers instantiate with static shapes:
-// the fixed-order reductions fused kernels use, the batch gather (uint8 -> float on the device) and the
-// accuracy count (the GEMM is gc_gemm_cuda.cuh). Reductions use a fixed-shape tree in shared memory and
-// no atomics on floats, so every run is bit-for-bit reproducible.
+// the fixed-order reductions fused kernels use, the batch gather (uint8 -> float on the device) or the
+// batch's row indices (where the GEMMs read x in place), and the accuracy count (the GEMM is
+// gc_gemm_cuda.cuh). Reductions use a fixed-shape tree in shared memory and no atomics on floats, so every
+// run is bit-for-bit reproducible.
 
 #if GC_KERNELS   // the kernels part (gc_runtime.h); the host part sees the trainer's launchers' declarations
 #define GC_BLOCK 256
@@ -158,6 +159,38 @@ GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_curso
                      cursor, first, count, row, scale, x, y, batch, loss, sums);
 }
 
+// A program whose GEMMs read x in place (gc_rows) gets the batch's row indices instead: thread b writes row
+// b's example (the same gc_batch_source as the gather) and its label, and brings the example's bytes into
+// L2, so that the first GEMM's loads find them there instead of waiting for device memory at every K
+// step; thread 0 records the previous step's loss. Where the rows are (the split's dataset) is the GEMMs' launch
+// parameter (gc_batch_input).
+__global__ void gc_batch_rows_kernel(const unsigned char* __restrict__ images, int row_bytes,
+                                     const int32_t* __restrict__ labels, const gc_cursor* __restrict__ cursor,
+                                     int64_t first, int count, uint32_t* __restrict__ rows, int32_t* __restrict__ y,
+                                     int batch, const float* __restrict__ loss, double* __restrict__ sums) {
+    gc_wait_prior();
+    const int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b < batch) {
+        const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
+        rows[b] = src;
+        y[b] = labels[src];
+        // one byte of every 128-byte line the row touches (the last one's too), loaded together; the kernel
+        // ends when they have arrived (gc_wait_value), so the lines are in L2 when the GEMMs start
+        const unsigned char* p = images + (int64_t)src * row_bytes;
+        unsigned touch = p[row_bytes - 1];
+        for (int o = 0; o < row_bytes; o += 128) touch += p[o];
+        gc_wait_value(__uint_as_float(touch));
+    }
+    if (sums && b == 0) gc_record_loss(sums, *loss);
+}
+
+GC_SHARED int gc_batch_rows(const void* images, int row_bytes, const int32_t* labels, const gc_cursor* cursor,
+                            int64_t first, int count, uint32_t* rows, int32_t* y, int batch, const float* loss,
+                            double* sums) {
+    return gc_launch(gc_batch_rows_kernel, (batch + GC_BLOCK - 1) / GC_BLOCK, GC_BLOCK,
+                     (const unsigned char*)images, row_bytes, labels, cursor, first, count, rows, y, batch, loss, sums);
+}
+
 // The cursor lives on the device: one thread runs gc_cursor_start / gc_cursor_advance (gc_runtime.h).
 __global__ void gc_set_cursor_kernel(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
     gc_wait_prior();
@@ -205,6 +238,9 @@ template int gc_gather<float>(const float*, const int32_t*, const gc_cursor*, in
 template <typename IMG>
 GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
                         int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums);
+GC_SHARED int gc_batch_rows(const void* images, int row_bytes, const int32_t* labels, const gc_cursor* cursor,
+                            int64_t first, int count, uint32_t* rows, int32_t* y, int batch, const float* loss,
+                            double* sums);
 GC_SHARED int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums);
 GC_SHARED int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums);
 GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,

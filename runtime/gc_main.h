@@ -264,12 +264,21 @@ typedef struct {
     int64_t* correct;          // device: correct predictions of the last evaluation
 } gc_loop;
 
-// Gather a batch into the image and label placeholders' buffers, which both steps read (see gc_gather).
+// Gather a batch into the image and label placeholders' buffers, which both steps read (see gc_gather); or,
+// where the GEMMs read x in place (GC_X_ROWS), write the batch's row indices into the dataset and its labels
+// (gc_batch_rows), the split being the steps' batch input (gc_batch_input, set here as the steps are
+// enqueued: launched, or captured into the split's graph).
 static int gc_gather_batch(const gc_split* s, const gc_cursor* cursor, int64_t first, int count, double scale,
                            unsigned char* A, double* sums) {
     float* x = (float*)(A + GC_X_OFFSET);
     int32_t* y = (int32_t*)(A + GC_Y_OFFSET);
     const float* loss = (const float*)(A + GC_LOSS_OFFSET);
+    if (GC_X_ROWS) {
+        gc_rows in = {s->images_dev, (const uint32_t*)(A + GC_X_OFFSET), (float)scale, s->images.dtype == GC_U8};
+        *gc_batch_input() = in;
+        return gc_batch_rows(s->images_dev, GC_ROW * gc_dtype_sizes[s->images.dtype], s->labels_dev, cursor, first, count,
+                             (uint32_t*)(A + GC_X_OFFSET), y, GC_BATCH, loss, sums);
+    }
     if (s->images.dtype == GC_U8)
         return gc_gather<uint8_t>(s->images_dev, s->labels_dev, cursor, first, count, GC_ROW, (float)scale, x, y,
                                   GC_BATCH, loss, sums);

@@ -390,6 +390,29 @@ GC_HD static inline uint32_t gc_batch_source(const gc_cursor* cursor, int64_t fi
     return cursor->shuffle ? gc_perm_apply(cursor->order, (uint32_t)p) : (uint32_t)p;
 }
 
+// The image input x of a program whose GEMMs read it in place (docs/compiler.md, "The batch gather fused into
+// the GEMMs"): row b of x is row index[b] of `source` (row b when index is NULL), uint8 (x = u8 * scale, as
+// the trainer's gather converts) or float32. The indices live in the arena where x's buffer would be (the
+// trainer's gc_batch_rows writes them each step); all of it is the same for every step of a captured graph,
+// so it is a launch parameter: whoever enqueues steps sets gc_batch_input() first (the library: its input
+// buffer, no indices; the trainer: the split's dataset and the arena's indices), and the GEMMs' launchers
+// pass it as they are launched or captured.
+typedef struct {
+    const void* source;       // rows of the program's row length (GC_ROW) elements
+    const uint32_t* index;    // in the arena: the batch's rows; NULL: rows 0..batch-1
+    float scale;              // uint8 sources: x = (float)u8 * scale
+    int32_t u8;               // 1: uint8 source, 0: float32
+} gc_rows;
+
+#if GC_KERNELS
+GC_SHARED gc_rows* gc_batch_input(void) {
+    static thread_local gc_rows now = {NULL, NULL, 1, 0};
+    return &now;
+}
+#else
+GC_SHARED gc_rows* gc_batch_input(void);
+#endif
+
 // A step's loss into the epoch's sums on the device: sums[0] += loss when it is finite (a step the numerical
 // guard skipped adds nothing), sums[1] = loss (the last one).
 GC_HD static inline void gc_record_loss(double* sums, float loss) {

@@ -243,3 +243,29 @@ def test_checker_catches_other_faults(fault):
     corrupt, message = FAULTS[fault]
     with pytest.raises(gc.PlanError, match=message):
         check_plan(corrupt(*small_plan()))
+
+
+def test_image_input_read_in_place_only_where_every_reader_is_a_gemms_a_operand():
+    """The MLP's x is read only as the A operand of x @ W1 (train and eval) and x^T @ dh1: its buffer holds a
+    uint32 row index per batch row, and those three GEMMs read the steps' batch input. A program that also
+    reads x elsewhere, or whose rows are no multiple of 4 elements, keeps x's values in the arena."""
+    from gcompile.pipeline import compile_program
+    src = compile_program(mlp_program(128), target="cpu")
+    x = src.module.trainer["x"]
+    assert src.plan.buffer_of(x).rows and src.plan.buffer_of(x).size == 512 < x.nbytes
+    assert "x: no buffer of its values" in src.stages["plan_memory"]
+    assert "#define GC_X_ROWS 1" in src.source and src.source.count("*gc_batch_input(),") == 3
+
+    def logreg(row, scaled):
+        x = gc.placeholder("x", (8, row))
+        y = gc.placeholder("y", (8,), dtype="int32")
+        W = gc.variable("W", (row, 3), init=gc.init.normal(0.1, seed=1))
+        logits = (x * 2.0 if scaled else x) @ W
+        return gc.Program(gc.softmax_cross_entropy(logits, y), [W], optimizer=gc.SGD(lr=0.1),
+                          outputs={"logits": logits})
+    assert compile_program(logreg(12, False), target="cpu").plan.buffers[0].rows
+    for row, scaled in ((12, True), (10, False)):
+        src = compile_program(logreg(row, scaled), target="cpu")
+        assert not any(b.rows for b in src.plan.buffers)
+        assert "x: gathered into its buffer each step" in src.stages["plan_memory"]
+        assert "#define GC_X_ROWS 0" in src.source and "gc_batch_input()," not in src.source

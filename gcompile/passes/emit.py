@@ -92,8 +92,11 @@ def emit(module, plan, kernels, target: str, build_command: str) -> str:
     for b in plan.buffers:
         n = b.node
         lifetime = "always" if b.region == "persistent" else f"{b.schedule}:{b.first}-{b.last}"
+        what = f"{n.name} {tuple(n.shape)} {n.dtype} ({n.op})"
+        if b.rows:
+            what += ": its row indices; the GEMMs read its values in place (gc_rows)"
         layout.append({"offset": b.offset, "size": b.size, "region": b.region, "lifetime": lifetime,
-                       "what": f"{n.name} {tuple(n.shape)} {n.dtype} ({n.op})"})
+                       "what": what})
     for name, (start, size) in plan.workspaces.items():
         layout.append({"offset": start, "size": size, "region": "workspace", "lifetime": "always",
                        "what": f"{name}: a reduction's ticket and the blocks' partials"})
@@ -128,6 +131,7 @@ def emit(module, plan, kernels, target: str, build_command: str) -> str:
         ("GC_HAS_TRAINER", int(trainer is not None)),
         ("GC_BATCH", module.batch_size),
         ("GC_X_OFFSET", offset(trainer["x"]) if trainer else 0),
+        ("GC_X_ROWS", int(bool(trainer) and plan.buffer_of(trainer["x"]).rows)),   # x's row indices at GC_X_OFFSET
         ("GC_Y_OFFSET", offset(trainer["y"]) if trainer else 0),
         ("GC_LOGITS_OFFSET", offset(trainer["logits"]) if trainer else 0),
         ("GC_ROW", trainer["x"].size // module.batch_size if trainer else 1),

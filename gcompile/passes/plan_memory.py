@@ -20,6 +20,12 @@ Within a schedule a temporary is live from the step that writes it to the last s
   nodes, which are live from the fused node's step. The values internal to the group are no nodes here, so
   they get no buffer at all.
 
+The image input of a trainer program whose every reader is a GEMM reading it as its A operand (the MLP's
+x @ W1 and x^T @ dh1, logistic regression likewise; `batch_rows`) gets no buffer of its values: its
+persistent buffer holds one row index per batch row instead, and those GEMMs read x's rows in place — in the
+trainer's dataset, or the library's input buffer outside the arena (runtime gc_rows; docs/compiler.md, "The
+batch gather fused into the GEMMs").
+
 Placement is greedy first-fit: buffers in some order, each at the lowest offset that overlaps no placed
 buffer live at the same time. Several orders are tried (largest first, earliest first, longest-lived first)
 and the one with the smallest region kept. `lower_bound` (persistent bytes + the largest peak of live
@@ -70,6 +76,12 @@ class Buffer:
     last: int | None
     region: str              # "persistent" or "temp"
     schedule: str | None     # the schedule a temporary belongs to (None: persistent)
+    rows: bool = False       # holds the row indices of an image input read in place, not its values
+
+    @property
+    def needed(self) -> int:
+        """The bytes the buffer must hold."""
+        return rows_bytes(self.node) if self.rows else self.node.nbytes
 
     @property
     def end(self) -> int:
@@ -84,6 +96,7 @@ class MemoryPlan:
     arena_bytes: int
     lower_bound: int                 # persistent bytes + the largest peak of live temporary bytes
     naive_bytes: int                 # every buffer of every schedule at its own offset
+    rows_note: str = ""              # how the image input's batch is read (batch_rows), for `inspect`
     workspaces: dict = field(default_factory=dict)   # kernel's own bytes: name -> (offset, size), see workspace
 
     def workspace(self, name: str, nbytes: int) -> int:
@@ -129,18 +142,63 @@ class MemoryPlan:
                        if storage_root(n) is not n and not is_literal(storage_root(n))]
             if aliases:
                 lines.append(f"aliases in {name}: " + ", ".join(aliases))
+        if self.rows_note:
+            lines.append(self.rows_note)
         lines.append(f"arena {self.arena_bytes} bytes = persistent {self.persistent_bytes} + temporary "
                      f"{self.arena_bytes - self.persistent_bytes}; lower bound {self.lower_bound} (arena is "
                      f"{self.arena_bytes / max(self.lower_bound, 1):.3f}x); naive {self.naive_bytes}")
         return "\n".join(lines)
 
 
-def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node]) -> MemoryPlan:
+def rows_bytes(x: Node) -> int:
+    """The batch rows of image input x: one uint32 row index per batch row."""
+    return 4 * x.shape[0]
+
+
+def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, str]:
+    """Whether the trainer's image input x can be read through batch rows (no buffer of its values): every
+    step of every schedule that reads it is a 2-D float GEMM reading it as A, and only there (not as B, not
+    in the GEMM's epilogue), and its rows are a multiple of 4 elements. A stored row of A is then a batch row whether or not A is transposed. Returns
+    the answer and a line for `gcompile inspect`."""
+    if x is None:
+        return False, ""
+    for name, order in schedules.items():
+        for node in order:
+            if x in node.inputs and not reads_rows_only(node, x):
+                return False, (f"{x.name}: gathered into its buffer each step ({name}: {node.name} reads it "
+                               "otherwise than as a GEMM's A operand)")
+    if x.ndim != 2 or x.shape[1] % 4:   # the GEMMs' row loader moves runs of 4 elements
+        return False, f"{x.name}: gathered into its buffer each step (not a matrix of rows of 4k elements)"
+    return True, (f"{x.name}: no buffer of its values; the GEMMs read its rows in place, through the row indices "
+                  f"at its offset ({rows_bytes(x)} bytes): the batch gather is fused into their loads")
+
+
+def reads_rows_only(node: Node, x: Node) -> bool:
+    """Whether the step `node` reads x only as the A operand of a 2-D float32 GEMM."""
+    if node.op == "fused" and node.attrs["group"].kind == "gemm":
+        group = node.attrs["group"]
+        matmul, outer = group.members[0], (lambda n: group.external.get(n, n))
+        if any(outer(i) is x for m in group.members[1:] for i in m.inputs):
+            return False
+    elif node.op == "matmul":
+        matmul, outer = node, (lambda n: n)
+    else:
+        return False
+    a, b = (outer(i) for i in matmul.inputs)
+    return a is x and b is not x and matmul.ndim == 2 and matmul.dtype == "float32"
+
+
+def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node], rows_of: Node | None = None
+                ) -> MemoryPlan:
+    """`rows_of`: the trainer's image input, to be read through batch rows where batch_rows allows."""
+    rows, note = batch_rows(rows_of, schedules)
     kept = persistent_nodes(schedules, persistent)
     buffers, base = [], 0
     for node in kept:
-        buffers.append(Buffer(node.name, node, base, aligned(node.nbytes), None, None, "persistent", None))
-        base += aligned(node.nbytes)
+        indirect = rows and node is rows_of
+        size = aligned(rows_bytes(node) if indirect else node.nbytes)
+        buffers.append(Buffer(node.name, node, base, size, None, None, "persistent", None, indirect))
+        base += size
     region, peak = 0, 0
     for name, order in schedules.items():
         lives = liveness(order, set(kept))
@@ -157,7 +215,7 @@ def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node]) -> Mem
         region = max(region, region_bytes(starts))
         peak = max(peak, peak_live_bytes(lives, len(order)))
     return MemoryPlan(buffers, dict(schedules), base, base + region, base + peak,
-                      sum(b.size for b in buffers))
+                      sum(b.size for b in buffers), note)
 
 
 def persistent_nodes(schedules, persistent) -> list[Node]:
@@ -276,8 +334,8 @@ def check_plan(plan: MemoryPlan) -> None:
     schedule) share a byte."""
     for b in plan.buffers:
         inside = 0 <= b.offset <= b.end <= plan.arena_bytes
-        if b.offset % ALIGN or b.size % ALIGN or b.size < b.node.nbytes or not inside:
-            raise PlanError(f"buffer {b.name} at [{b.offset}, {b.end}) for {b.node.nbytes} bytes is misaligned, "
+        if b.offset % ALIGN or b.size % ALIGN or b.size < b.needed or not inside:
+            raise PlanError(f"buffer {b.name} at [{b.offset}, {b.end}) for {b.needed} bytes is misaligned, "
                             f"too small or outside the arena of {plan.arena_bytes} bytes")
     owner = {(b.schedule, b.node): b for b in plan.buffers}
     for name, order in plan.schedules.items():
