@@ -225,6 +225,21 @@ def test_the_mlp_train_step_has_a_head_with_the_bias_in_its_epilogue():
     assert head.values["epilogue"] and "b3" in " ".join(head.details)
 
 
+def test_a_gemm_reading_the_image_input_in_place_is_no_head():
+    # logistic regression on 16 features: the logits GEMM would qualify (K <= 256, N <= 32), but it reads x's
+    # rows in place (plan_memory.batch_rows), which only gc_gemm's row loader can do
+    r = np.random.RandomState(0)
+    w = gc.variable("W", init=r.standard_normal((16, 10)).astype(np.float32))
+    b = gc.variable("b", init=np.zeros(10, np.float32))
+    x, y = gc.placeholder("x", (8, 16)), gc.placeholder("y", (8,), dtype="int32")
+    logits = x @ w + b
+    program = gc.Program(gc.softmax_cross_entropy(logits, y), params=[w, b], optimizer=gc.SGD(lr=0.1),
+                         outputs={"logits": logits})
+    src = compile_program(program, "cuda")
+    assert src.plan.buffer_of(x).rows
+    assert [k.kind for k in src.kernels["train"]][:2] == ["matmul", "fused"]
+
+
 def test_a_tf32_gemm_is_no_head():
     src = compile_program(heads()[0], "cuda", precision="tf32")
     assert not [k for k in src.kernels["eval"] if k.kind == "head"]
