@@ -1,10 +1,14 @@
 """gemm_tiles: the tile configuration of each GEMM (the `Tile` argument of gc_gemm, runtime/gc_gemm.h).
 
-`choose_tile(m, n, k, trans_a, trans_b, precision, batch)` returns the C text of the tile type,
+`choose_tile(m, n, k, trans_a, trans_b, precision, batch, dtype)` returns the C text of the tile type,
 `gc_tile<BM, BN, BK, TM, TN, TF32, SPLIT, M, N, K>`: the block's tile of C, the per-thread (fp32) or per-warp
-(tf32) tile, the K split over a thread-block cluster, and the static shape the kernel is specialized for.
+(tf32) tile, the K split over a thread-block cluster, and the static shape the kernel is specialized for
+(the pipelined tile adds an eleventh argument, its STAGES).
 
-The choice, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supports:
+The choice:
+  0. large float32 fp32 problems (`is_large`: every side >= 1024, a block for at least 7/8 of the SMs) get
+     LARGE_TILE, the pipelined kernel's (gc_gemm_pipe_kernel);
+otherwise, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supports:
   1. measured: a GEMM whose (m, n, k, transposes, precision, batch) was timed by the sweep
      (`bench/gemm_bench.py --sweep`, every candidate of every swept shape on one GPU) gets the fastest tile
      measured — every GEMM of the MLP's training step at batch 128 and 1000 is there;
@@ -18,8 +22,8 @@ The choice, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supp
      Fitted by non-negative least squares on relative error. On the sweep's 46 (shape, precision) pairs
      the model alone picks a tile within 10% of the fastest on 30 and within 30% on all (calibration
      file: gemm_tiles_sm90.json, which records the GPU and commit it was measured on).
-Large square problems get 128 x 128 tiles (8 x 8 fp32 per thread); the MLP's small GEMMs small tiles and
-K splits that spread them over the SMs.
+Large problems get 128 x 256 tiles (8 x 16 fp32 per thread, pipelined); the MLP's small GEMMs small tiles
+and K splits that spread them over the SMs.
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ class Tile:
     tm: int
     tn: int
     tf32: int = 0
+    stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
 
     @property
     def threads(self) -> int:
@@ -53,15 +58,19 @@ class Tile:
 
     @property
     def name(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}"
+        return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}"
+                + (f"/cp{self.stages}" if self.stages else ""))
 
     def smem_bytes(self, split: int = 1) -> int:
         pad = 8 if self.tf32 else 4   # words a shared-memory row is padded by (gc_gemm_kernel's LDA, LDB)
-        pipeline = 2 * self.bk * (self.bm + pad + self.bn + pad) * 4
+        pipeline = max(2, self.stages) * self.bk * (self.bm + pad + self.bn + pad) * 4
         return max(pipeline, self.bm * self.bn * 4 if split > 1 else 0)
 
     def splits(self) -> list[int]:
-        """The splits this tile supports: the cluster's ranks share out its rows, the tile fits in smem."""
+        """The splits this tile supports: the cluster's ranks share out its rows, the tile fits in smem
+        (pipelined tiles: no split; their shared memory is dynamic)."""
+        if self.stages:
+            return [1]
         return [s for s in SPLITS if self.bm % s == 0 and self.smem_bytes(s) <= SMEM_LIMIT]
 
     def occupancy(self, split: int = 1) -> int:
@@ -73,7 +82,7 @@ class Tile:
 
     def c_type(self, split: int = 1, m: int = 0, n: int = 0, k: int = 0) -> str:
         return (f"gc_tile<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.tf32}, {split}, "
-                f"{m}, {n}, {k}>")
+                f"{m}, {n}, {k}{f', {self.stages}' if self.stages else ''}>")
 
 
 # The catalogue: every tile any GEMM may get (tests compile each one with nvcc and check it has no spills).
@@ -90,6 +99,21 @@ TILES = {
 }
 
 
+# Large problems: the pipelined kernel's tile (gc_gemm_pipe_kernel: cp.async 3 K steps deep, 8 x 16 fp32 per
+# thread, one block of 256 threads per SM), for float GEMMs whose sides are all at least LARGE and whose grid
+# gives at least 7/8 of the SMs a block. Measured on an H100 (one run, % of cuBLAS): 4096^3 93% (the 128 x 128
+# x 8 tile 82%), 2048^3 91% (83%), 3000 x 2500 x 1999 A and B transposed 88% (81%), 4096 x 4096 x 1024 B
+# transposed 85% (83%); at 1024^3 (32 blocks) 64 x 64 tiles are faster. Kept out of the cost model and the
+# sweep's candidates: the MLP's and the other small GEMMs never get it.
+LARGE_TILE = Tile(128, 256, 32, 8, 16, stages=3)
+LARGE = 1024
+
+
+def is_large(m: int, n: int, k: int, batch: int = 1) -> bool:
+    blocks = math.ceil(m / LARGE_TILE.bm) * math.ceil(n / LARGE_TILE.bn) * batch
+    return min(m, n, k) >= LARGE and blocks >= SMS * 7 // 8
+
+
 def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise GCompileError(f"unknown precision {precision!r}; expected one of {PRECISIONS}")
@@ -101,6 +125,8 @@ def tile_by_name(name: str) -> Tile:
         for tile in tiles:
             if tile.name == name:
                 return tile
+    if name == LARGE_TILE.name:
+        return LARGE_TILE
     raise GCompileError(f"gemm_tiles: {name!r} is not a catalogue tile")
 
 
@@ -149,13 +175,16 @@ def candidates(m: int, n: int, k: int, precision: str, batch: int = 1):
     return out
 
 
-def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1) -> str:
-    """C text of the tile type for C (m, n) = op(A) (m, k) @ op(B) (k, n), `batch` times.
+def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
+                dtype: str = "float32") -> str:
+    """C text of the tile type for C (m, n) = op(A) (m, k) @ op(B) (k, n), `batch` times, of `dtype` elements.
 
     precision "tf32" picks a tensor-core tile (float GEMMs only; the caller passes "fp32" for others)."""
     check_precision(precision)
     if min(m, n, k, batch) < 0:
         raise GCompileError(f"choose_tile: negative size m={m} n={n} k={k} batch={batch}")
+    if precision == "fp32" and dtype == "float32" and is_large(m, n, k, batch):
+        return LARGE_TILE.c_type(1, m, n, k)
     measured = calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
     if measured is not None:
         tile, split = measured

@@ -166,7 +166,8 @@ class Lowering:
         sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
         return {"a": self.pointer(a), "b": self.pointer(b), "c": c, "m": m, "n": n, "k": k,
                 "trans_a": int(ta), "trans_b": int(tb), "ctype": C_TYPES[node.dtype],
-                "tile": choose_tile(m, n, k, ta, tb, self.precision if node.dtype == "float32" else "fp32", batch),
+                "tile": choose_tile(m, n, k, ta, tb, self.precision if node.dtype == "float32" else "fp32", batch,
+                                    node.dtype),
                 "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
                 "epilogue": epilogue}
 
