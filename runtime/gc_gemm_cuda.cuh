@@ -214,6 +214,46 @@ __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, 
     }
 }
 
+// Split-K's end (sm_90): each block of the cluster has its partial BM x BN tile in its shared memory (smem,
+// row-major); block `rank` sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order,
+// applies the epilogue to the sums and stores them (a thread's runs of 4 columns).
+template <int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep>
+__device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep, int b, int m0, int n0, int M,
+                                                     int N, T* C, bool vc) {
+    gc_cluster_sync();
+    constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;
+    const int rank = (int)gc_cluster_rank();
+    T sum[PER][4] = {};
+    auto run_at = [&](int i, int& row, int& col) {
+        const int e = threadIdx.x + i * THREADS;
+        row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
+        return RUNS % THREADS == 0 || e < RUNS;
+    };
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int row, col;
+        if (!run_at(i, row, col)) continue;
+#pragma unroll
+        for (int q = 0; q < S; q++) {
+            T v[4];
+            gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
+#pragma unroll
+            for (int r = 0; r < 4; r++) sum[i][r] += v[r];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int row, col;
+        if (run_at(i, row, col)) gc_gemm_epilogue<4, CM, CN>(ep, b, m0 + row, n0 + col, M, N, sum[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int row, col;
+        if (run_at(i, row, col)) gc_gemm_store<4, CM, CN>(C, m0 + row, n0 + col, M, N, sum[i], vc);
+    }
+    gc_cluster_sync();   // no block leaves while another still reads its shared memory
+}
+
 // The block's tile of C at (m0, n0): blocks walk groups of 8 tile rows column by column, so blocks running
 // together share rows of A and columns of B in L2.
 template <int BM, int BN>
@@ -400,42 +440,9 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
         __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
 #else
-        // Partial tiles to shared memory (the loop's last barrier freed it); then block `rank` of the
-        // cluster sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order.
+        // Partial tiles to shared memory (the loop's last barrier freed it), summed over the cluster.
         for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
-        gc_cluster_sync();
-        // A thread's runs of 4 (rows of the slice, 4 columns each): summed, through the epilogue, stored.
-        constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;
-        const int rank = (int)gc_cluster_rank();
-        T sum[PER][4] = {};
-        auto run_at = [&](int i, int& row, int& col) {
-            const int e = threadIdx.x + i * THREADS;
-            row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
-            return RUNS % THREADS == 0 || e < RUNS;
-        };
-#pragma unroll
-        for (int i = 0; i < PER; i++) {
-            int row, col;
-            if (!run_at(i, row, col)) continue;
-#pragma unroll
-            for (int q = 0; q < S; q++) {
-                T v[4];
-                gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
-#pragma unroll
-                for (int r = 0; r < 4; r++) sum[i][r] += v[r];
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < PER; i++) {
-            int row, col;
-            if (run_at(i, row, col)) gc_gemm_epilogue<4, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, sum[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < PER; i++) {
-            int row, col;
-            if (run_at(i, row, col)) gc_gemm_store<4, !EM, !EN>(C, m0 + row, n0 + col, M, N, sum[i], p.vc);
-        }
-        gc_cluster_sync();   // no block leaves while another still reads its shared memory
+        gc_gemm_split_reduce<BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc);
 #endif
     }
 }
@@ -530,23 +537,28 @@ struct gc_pipe_operand {
     }
 };
 
-// Shared memory of a pipelined tile: STAGES K steps of A (BK x (BM + 4)) and B (BK x (BN + 4)), k-major.
+// Shared memory of a pipelined tile: STAGES K steps of A (BK x (BM + 4)) and B (BK x (BN + 4)), k-major;
+// split: then the partial tile (BM x BN).
 template <typename T, class Tile>
 struct gc_pipe_smem {
-    static constexpr size_t bytes = (size_t)Tile::STAGES * Tile::BK * (Tile::BM + 4 + Tile::BN + 4) * sizeof(T);
+    static constexpr size_t pipe = (size_t)Tile::STAGES * Tile::BK * (Tile::BM + 4 + Tile::BN + 4) * sizeof(T);
+    static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)Tile::BM * Tile::BN * sizeof(T) : 0;
+    static constexpr size_t bytes = pipe > red ? pipe : red;
 };
 
 // The pipelined kernel: fp32 FMAs on TM x TN register blocks as gc_gemm_kernel's, fed differently. The K
 // steps go through STAGES shared-memory buffers filled by cp.async (STAGES - 1 steps in flight while one is
 // computed, one barrier per step, no registers held for loads); each k's A and B fragments are read while
 // the previous k's FMAs run (two register sets). A warp takes a 4 x 8 patch of the thread grid: a k's
-// reads are 4 vectors of A and 8 of B, one shared-memory wavefront each. No split, no epilogue prefetch.
+// reads are 4 vectors of A and 8 of B, one shared-memory wavefront each. Split-K as gc_gemm_kernel's; no
+// epilogue prefetch.
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
 gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
-    constexpr int ST = Tile::STAGES, THREADS = Tile::THREADS, W = 16 / sizeof(T);
-    static_assert(!Tile::TF32 && Tile::SPLIT == 1 && ST >= 2, "gc_gemm: pipelined tiles are fp32, unsplit, 2+ stages");
+    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS, W = 16 / sizeof(T);
+    static_assert(!Tile::TF32 && ST >= 2, "gc_gemm: pipelined tiles are fp32, 2+ stages");
+    static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
     static_assert(BM % TM == 0 && BN % TN == 0 && TM % 4 == 0 && TN % 4 == 0, "gc_gemm: tile sizes do not divide");
     constexpr int LDA = BM + 4, LDB = BN + 4, STAGE = BK * (LDA + LDB);
     static_assert(gc_pipe_smem<T, Tile>::bytes <= 227 * 1024, "gc_gemm: pipelined tile needs over 227 KB of shared memory");
@@ -559,13 +571,16 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     // As gc_gemm_kernel: the static shape's bounds checks compiled out, 16-byte copies where allowed.
     constexpr bool EM = Tile::SM > 0 && Tile::SM % BM == 0;
     constexpr bool EN = Tile::SN > 0 && Tile::SN % BN == 0;
-    constexpr bool EK = Tile::SK > 0 && Tile::SK % BK == 0;
+    constexpr bool EK = Tile::SK > 0 && Tile::SK % (BK * S) == 0;
     constexpr int CA = TA ? Tile::SM : Tile::SK, CB = TB ? Tile::SK : Tile::SN;
     const int M = Tile::SM ? Tile::SM : p.M, N = Tile::SN ? Tile::SN : p.N, K = Tile::SK ? Tile::SK : p.K;
     const bool va = (CA == 0 || CA % W == 0) && p.va, vb = (CB == 0 || CB % W == 0) && p.vb;
     int m0, n0;
     gc_gemm_origin<BM, BN>(M, N, m0, n0);
-    const int b = blockIdx.z, ktiles = (K + BK - 1) / BK;
+    const int b = blockIdx.z / S, s = blockIdx.z % S;
+    const int KS = ((K + S - 1) / S + BK - 1) / BK * BK;    // K per split, a multiple of BK
+    const int k_begin = s * KS, k_end = min(K, k_begin + KS);
+    const int ktiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
     const T* __restrict__ A = p.A + b * p.sa;
     const T* __restrict__ B = p.B + b * p.sb;
     T* __restrict__ C = p.C + b * p.sc;
@@ -576,9 +591,9 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     const OperandA oa(A + (TA ? m0 : (size_t)m0 * K), TA ? M : K, M - m0, va);
     const OperandB ob(B + (TB ? (size_t)n0 * K : n0), TB ? K : N, N - n0, vb);
     auto load = [&](int buf, int kt) {   // K step kt into buffer buf
-        const int k0 = kt * BK;
-        oa.copy(smem + buf * STAGE, k0, K - k0);
-        ob.copy(smem + buf * STAGE + BK * LDA, k0, K - k0);
+        const int k0 = k_begin + kt * BK;
+        oa.copy(smem + buf * STAGE, k0, k_end - k0);
+        ob.copy(smem + buf * STAGE + BK * LDA, k0, k_end - k0);
     };
 
     // Thread (ty, tx) owns rows g * 4 * MT + 4 * ty + r and columns g * 4 * NT + 4 * tx + r (r < 4), as in
@@ -634,8 +649,18 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
 #pragma unroll
             for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
     };
-    for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<4, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, v); });
-    for_runs([&](int row, int col, T* v) { gc_gemm_store<4, !EM, !EN>(C, m0 + row, n0 + col, M, N, v, p.vc); });
+    if constexpr (S == 1) {
+        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<4, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, v); });
+        for_runs([&](int row, int col, T* v) { gc_gemm_store<4, !EM, !EN>(C, m0 + row, n0 + col, M, N, v, p.vc); });
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
+#else
+        __syncthreads();   // every warp is past its last reads of the buffers
+        for_runs([&](int row, int col, T* v) { gc_st_run<4>(smem + row * BN + col, v); });
+        gc_gemm_split_reduce<BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc);
+#endif
+    }
 }
 
 // Whether this device launches thread-block clusters (asked once).
@@ -666,6 +691,14 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
         return gc_fail(GC_ERR_ARG, "gc_gemm: M=%d N=%d batch=%d is too large for one launch", M, N, batch);
     dim3 grid((unsigned)tiles, 1, batch * S);
+    if (S > 1 && !gc_cluster_launch_supported())
+        return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM splits K over a thread-block cluster, which this "
+                       "GPU cannot launch (sm_90 or newer needed)");
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = S;
     if constexpr (Tile::STAGES > 0) {   // over 48 KB of shared memory: the kernel's limit is raised once
         constexpr size_t smem = gc_pipe_smem<T, Tile>::bytes;
         static bool raised = false;
@@ -673,18 +706,9 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
             GC_CUDA_TRY(cudaFuncSetAttribute(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         raised = true;
-        return gc_launch_smem(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, smem,
-                              (cudaLaunchAttribute*)0, 0, p);
+        return gc_launch_smem(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, smem, &cluster, S > 1, p);
     } else {
         if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, p);
-        if (!gc_cluster_launch_supported())
-            return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM splits K over a thread-block cluster, which this "
-                           "GPU cannot launch (sm_90 or newer needed)");
-        cudaLaunchAttribute cluster;
-        cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim.x = 1;
-        cluster.val.clusterDim.y = 1;
-        cluster.val.clusterDim.z = S;
         return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, &cluster, 1, p);
     }
 }
