@@ -3,7 +3,7 @@
 `choose_tile(m, n, k, trans_a, trans_b, precision, batch, dtype)` returns the C text of the tile type,
 `gc_tile<BM, BN, BK, TM, TN, TF32, SPLIT, M, N, K>`: the block's tile of C, the per-thread (fp32) or per-warp
 (tf32) tile, the K split over a thread-block cluster, and the static shape the kernel is specialized for
-(the pipelined tile adds an eleventh argument, its STAGES).
+(pipelined tiles add an eleventh argument, STAGES: gc_gemm_pipe_kernel).
 
 The choice:
   0. large float32 fp32 problems (`is_large`: every side >= 1024, a block for at least 7/8 of the SMs) get
@@ -13,9 +13,10 @@ otherwise, among the catalogue TILES and the splits (1, 2, 4, 8) each tile suppo
      (`bench/gemm_bench.py --sweep`, every candidate of every swept shape on one GPU) gets the fastest tile
      measured — every GEMM of the MLP's training step at batch 128 and 1000 is there;
   2. otherwise the cheapest register-staged tile by a cost model fitted to the same sweep (pipelined
-     catalogue tiles only where measured: one the model preferred made logreg's batch-1000 step slower). The busiest of the 132 SMs (H100,
-     H200) runs `per_sm = ceil(blocks / 132)` blocks, `rounds = ceil(per_sm / occupancy)` at a time, each
-     `steps = ceil(K / split / BK)` steps; estimated microseconds:
+     catalogue tiles only where measured: one the model preferred made logreg's batch-1000 step slower).
+     The busiest of the 132 SMs (H100, H200) runs `per_sm = ceil(blocks / 132)` blocks,
+     `rounds = ceil(per_sm / occupancy)` at a time, each `steps = ceil(K / split / BK)` steps; estimated
+     microseconds:
         F0 + PER_BLOCK * per_sm + steps * (latency[tile] * rounds + throughput[tile] * per_sm)
         + (split > 1) * (SPLIT0 + SPLIT1 * split * BM * BN / 4096)
      latency[tile]: a step's time when the block has its SM to itself (load latency, barrier); throughput:
@@ -112,7 +113,7 @@ TILES = {
 # thread, one block of 256 threads per SM), for float GEMMs whose sides are all at least LARGE and whose grid
 # gives at least 7/8 of the SMs a block. Measured on an H100 (one run, % of cuBLAS): 4096^3 93% (the 128 x 128
 # x 8 tile 82%), 2048^3 91% (83%), 3000 x 2500 x 1999 A and B transposed 88% (81%), 4096 x 4096 x 1024 B
-# transposed 85% (83%); at 1024^3 (32 blocks) 64 x 64 tiles are faster. Kept out of the cost model and the
+# transposed 85% (83%); at 1024^3 (too few blocks) 64 x 64 tiles are faster. Kept out of the cost model and the
 # sweep's candidates: the MLP's and the other small GEMMs never get it.
 LARGE_TILE = Tile(128, 256, 32, 8, 16, stages=3)
 LARGE = 1024

@@ -1,5 +1,5 @@
-// gc_gemm_cuda.cuh — the cuda target's GEMM (signature and tile type in gc_gemm.h). One kernel template,
-// specialized at compile time by its tile (sizes, precision, split, static shape) and its epilogue:
+// gc_gemm_cuda.cuh — the cuda target's GEMM (signature and tile type in gc_gemm.h). The register-staged kernel
+// template, specialized at compile time by its tile (sizes, precision, split, static shape) and its epilogue:
 //   * each block computes a BM x BN tile of C; K advances in steps of BK through two shared-memory buffers:
 //     the next steps' global loads (16-byte vectors where the layout allows) are in flight in registers
 //     while the current step computes (two steps ahead for small register blocks), one barrier per step;
@@ -12,8 +12,9 @@
 //   * split-K: the SPLIT blocks of a cluster each sum a slice of K, then each reduces a slice of the tile's
 //     rows over the cluster's shared memories in rank order 0..SPLIT-1. No atomics anywhere: results are
 //     bit-for-bit reproducible.
-// Large problems have a second template, gc_gemm_pipe_kernel (tiles with STAGES > 0): the same register
-// blocks and epilogue, fed by a cp.async pipeline STAGES steps deep instead of registers (see there).
+// A second template, gc_gemm_pipe_kernel (tiles with STAGES > 0: the large problems' tile and two of the
+// catalogue's): the same fp32 register blocks, epilogue and split, fed by a cp.async pipeline STAGES steps
+// deep instead of registers (see there).
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 template <typename T, class Ep>
@@ -447,7 +448,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     }
 }
 
-// ---- the pipelined kernel for large problems (tiles with STAGES > 0) ----------------------------------
+// ---- the pipelined kernel (tiles with STAGES > 0) -------------------------------------------------------
 // cp.async (sm_80): a SIZE-byte copy from global to shared memory that bypasses registers; a dead copy
 // (live false) writes zeros and reads nothing. Copies are grouped (commit) and waited for by group: all but
 // the newest N. Before sm_80: a plain copy through a register, and nothing to wait for.
