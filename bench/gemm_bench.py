@@ -243,7 +243,7 @@ def calibrate(result: dict) -> dict:
         if r["epilogue"] != "none" or "own_us" not in r:
             continue
         v = [int(x) for x in r["tile"].replace("gc_tile<", "").rstrip(">").split(",")]
-        tile = gemm_tiles.Tile(*v[:6])
+        tile = gemm_tiles.Tile(*v[:6], stages=v[10] if len(v) > 10 else 0)
         if tile in gemm_tiles.TILES[r["precision"]]:
             rows.append((r, tile, v[6]))
     names = [t.name for ts in gemm_tiles.TILES.values() for t in ts]

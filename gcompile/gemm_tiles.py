@@ -1,32 +1,39 @@
 """gemm_tiles: the tile configuration of each GEMM (the `Tile` argument of gc_gemm, runtime/gc_gemm.h).
 
-`choose_tile(m, n, k, trans_a, trans_b, precision, batch)` returns the C text of the tile type,
+`choose_tile(m, n, k, trans_a, trans_b, precision, batch, dtype)` returns the C text of the tile type,
 `gc_tile<BM, BN, BK, TM, TN, TF32, SPLIT, M, N, K>`: the block's tile of C, the per-thread (fp32) or per-warp
-(tf32) tile, the K split over a thread-block cluster, and the static shape the kernel is specialized for.
+(tf32) tile, the K split over a thread-block cluster, and the static shape the kernel is specialized for
+(pipelined tiles add an eleventh argument, STAGES: gc_gemm_pipe_kernel).
 
-The choice, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supports:
+The choice:
+  0. large float32 fp32 problems (`is_large`: every side >= 1024, a block for at least 7/8 of the SMs) get
+     LARGE_TILE, the pipelined kernel's (gc_gemm_pipe_kernel);
+otherwise, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supports:
   1. measured: a GEMM whose (m, n, k, transposes, precision, batch) was timed by the sweep
      (`bench/gemm_bench.py --sweep`, every candidate of every swept shape on one GPU) gets the fastest tile
      measured — every GEMM of the MLP's training step at batch 128 and 1000 is there;
-  2. otherwise the cheapest by a cost model fitted to the same sweep. The busiest of the 132 SMs (H100,
-     H200) runs `per_sm = ceil(blocks / 132)` blocks, `rounds = ceil(per_sm / occupancy)` at a time, each
-     `steps = ceil(K / split / BK)` steps; estimated microseconds:
+  2. otherwise the cheapest register-staged tile by a cost model fitted to the same sweep (pipelined
+     catalogue tiles only where measured: one the model preferred made logreg's batch-1000 step slower).
+     The busiest of the 132 SMs (H100, H200) runs `per_sm = ceil(blocks / 132)` blocks,
+     `rounds = ceil(per_sm / occupancy)` at a time, each `steps = ceil(K / split / BK)` steps; estimated
+     microseconds:
         F0 + PER_BLOCK * per_sm + steps * (latency[tile] * rounds + throughput[tile] * per_sm)
         + (split > 1) * (SPLIT0 + SPLIT1 * split * BM * BN / 4096)
      latency[tile]: a step's time when the block has its SM to itself (load latency, barrier); throughput:
      what each more block sharing the SM adds (its arithmetic); the split terms: the cluster's reduction.
      Fitted by non-negative least squares on relative error. On the sweep's 46 (shape, precision) pairs
-     the model alone picks a tile within 10% of the fastest on 30 and within 30% on all (calibration
-     file: gemm_tiles_sm90.json, which records the GPU and commit it was measured on).
-Large square problems get 128 x 128 tiles (8 x 8 fp32 per thread); the MLP's small GEMMs small tiles and
-K splits that spread them over the SMs.
+     the model alone picks a tile within 10% of the fastest measured (pipelined ones included) on 28,
+     within 30% on 43, at worst 38% slower (calibration file: gemm_tiles_sm90.json, which records the GPU
+     and commit it was measured on: an H100 sweep of this tree).
+Large problems get 128 x 256 tiles (8 x 16 fp32 per thread, pipelined); the MLP's small GEMMs small tiles
+and K splits that spread them over the SMs.
 """
 from __future__ import annotations
 
 import functools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import GCompileError
@@ -35,6 +42,7 @@ PRECISIONS = ("fp32", "tf32")
 SMS = 132                   # streaming multiprocessors of an H100 / H200 (SXM)
 SPLITS = (1, 2, 4, 8)       # cluster sizes for split-K (8: the portable maximum)
 SMEM_LIMIT = 48 * 1024      # static shared memory of one block
+DYNAMIC_SMEM_LIMIT = 227 * 1024   # dynamic shared memory of one block (pipelined tiles)
 CALIBRATION = Path(__file__).resolve().parent / "gemm_tiles_sm90.json"
 
 
@@ -46,6 +54,7 @@ class Tile:
     tm: int
     tn: int
     tf32: int = 0
+    stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
 
     @property
     def threads(self) -> int:
@@ -53,41 +62,66 @@ class Tile:
 
     @property
     def name(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}"
+        return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}"
+                + (f"/cp{self.stages}" if self.stages else ""))
 
     def smem_bytes(self, split: int = 1) -> int:
-        pad = 8 if self.tf32 else 4   # words a shared-memory row is padded by (gc_gemm_kernel's LDA, LDB)
-        pipeline = 2 * self.bk * (self.bm + pad + self.bn + pad) * 4
+        pad = 8 if self.tf32 else 4   # words a shared-memory row is padded by (LDA, LDB of both kernels)
+        pipeline = max(2, self.stages) * self.bk * (self.bm + pad + self.bn + pad) * 4
         return max(pipeline, self.bm * self.bn * 4 if split > 1 else 0)
 
     def splits(self) -> list[int]:
-        """The splits this tile supports: the cluster's ranks share out its rows, the tile fits in smem."""
-        return [s for s in SPLITS if self.bm % s == 0 and self.smem_bytes(s) <= SMEM_LIMIT]
+        """The splits this tile supports: the cluster's ranks share out its rows, the tile fits in smem
+        (pipelined tiles: dynamic shared memory)."""
+        limit = DYNAMIC_SMEM_LIMIT if self.stages else SMEM_LIMIT
+        return [s for s in SPLITS if self.bm % s == 0 and self.smem_bytes(s) <= limit]
 
     def occupancy(self, split: int = 1) -> int:
         """Blocks one SM holds at once: threads (2048), registers (the kernel's cap: 128 a thread for 256
-        threads, about 170 for fewer) and shared memory (228 KB, 1 KB reserved per block)."""
-        cap = 128 if self.threads >= 256 else 65536 // ((384 // self.threads) * self.threads)
+        threads, about 170 for fewer; pipelined tiles: 8 x 4 or smaller blocks use under 128, larger ones
+        up to 255) and shared memory (228 KB, 1 KB reserved per block)."""
+        if self.stages:
+            cap = 128 if self.tm * self.tn <= 64 else 255
+        else:
+            cap = 128 if self.threads >= 256 else 65536 // ((384 // self.threads) * self.threads)
         by_smem = (228 * 1024) // (self.smem_bytes(split) + 1024)
         return max(1, min(32, 2048 // self.threads, 65536 // (cap * self.threads), by_smem))
 
     def c_type(self, split: int = 1, m: int = 0, n: int = 0, k: int = 0) -> str:
         return (f"gc_tile<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.tf32}, {split}, "
-                f"{m}, {n}, {k}>")
+                f"{m}, {n}, {k}{f', {self.stages}' if self.stages else ''}>")
 
 
 # The catalogue: every tile any GEMM may get (tests compile each one with nvcc and check it has no spills).
-# It keeps the tiles that were fastest, or nearly, on some swept shape.
+# It keeps the tiles that were fastest, or nearly, on some swept shape. Two are pipelined (gc_gemm_pipe_kernel,
+# 4 stages; H100, one run, against the register-staged tile the sweep had chosen: b1000 x @ W1 18.07 ->
+# 16.85 us, dW1 18.33 -> 16.83, dW2 6.95 -> 5.95).
 TILES = {
     "fp32": [Tile(128, 128, 8, 8, 8), Tile(64, 64, 16, 8, 4), Tile(64, 64, 32, 8, 4), Tile(64, 32, 16, 4, 4),
              Tile(32, 64, 16, 4, 4), Tile(32, 64, 32, 4, 4), Tile(32, 32, 16, 4, 4), Tile(32, 32, 32, 4, 4),
-             Tile(64, 16, 16, 4, 4), Tile(16, 64, 16, 4, 4)],
+             Tile(64, 16, 16, 4, 4), Tile(16, 64, 16, 4, 4), Tile(64, 64, 16, 8, 4, stages=4),
+             Tile(64, 16, 16, 4, 4, stages=4)],
     "tf32": [Tile(128, 128, 16, 64, 32, 1), Tile(64, 64, 16, 32, 32, 1), Tile(64, 64, 32, 32, 32, 1),
              Tile(64, 32, 16, 32, 16, 1), Tile(64, 32, 32, 32, 16, 1), Tile(32, 64, 16, 16, 32, 1),
              Tile(32, 64, 32, 16, 32, 1), Tile(32, 32, 16, 16, 16, 1), Tile(32, 32, 32, 16, 16, 1),
              Tile(32, 32, 64, 16, 16, 1), Tile(64, 16, 16, 16, 16, 1), Tile(16, 64, 16, 16, 16, 1),
              Tile(16, 64, 32, 16, 16, 1)],
 }
+
+
+# Large problems: the pipelined kernel's tile (gc_gemm_pipe_kernel: cp.async 3 K steps deep, 8 x 16 fp32 per
+# thread, one block of 256 threads per SM), for float GEMMs whose sides are all at least LARGE and whose grid
+# gives at least 7/8 of the SMs a block. Measured on an H100 (one run, % of cuBLAS): 4096^3 93% (the 128 x 128
+# x 8 tile 82%), 2048^3 91% (83%), 3000 x 2500 x 1999 A and B transposed 88% (81%), 4096 x 4096 x 1024 B
+# transposed 85% (83%); at 1024^3 (too few blocks) 64 x 64 tiles are faster. Kept out of the cost model and the
+# sweep's candidates: the MLP's and the other small GEMMs never get it.
+LARGE_TILE = Tile(128, 256, 32, 8, 16, stages=3)
+LARGE = 1024
+
+
+def is_large(m: int, n: int, k: int, batch: int = 1) -> bool:
+    blocks = math.ceil(m / LARGE_TILE.bm) * math.ceil(n / LARGE_TILE.bn) * batch
+    return min(m, n, k) >= LARGE and blocks >= SMS * 7 // 8
 
 
 def check_precision(precision: str) -> str:
@@ -101,6 +135,8 @@ def tile_by_name(name: str) -> Tile:
         for tile in tiles:
             if tile.name == name:
                 return tile
+    if name == LARGE_TILE.name:
+        return LARGE_TILE
     raise GCompileError(f"gemm_tiles: {name!r} is not a catalogue tile")
 
 
@@ -131,16 +167,21 @@ def features(tile: Tile, split: int, m: int, n: int, k: int, batch: int = 1) -> 
 def cost(tile: Tile, split: int, m: int, n: int, k: int, batch: int = 1) -> float:
     """Estimated microseconds of one GEMM with this tile and split (see the module docstring)."""
     model = calibration()["model"]
+    if tile.name not in model["tiles"]:
+        return math.inf   # a tile the calibration has not measured yet (the sweep times it all the same)
     f = features(tile, split, m, n, k, batch)
     latency, throughput = model["tiles"][tile.name]
     return (model["f0"] + model["per_block"] * f["per_sm"] + latency * f["latency_steps"]
             + throughput * f["throughput_steps"] + model["split0"] * f["split"] + model["split1"] * f["split_size"])
 
 
-def candidates(m: int, n: int, k: int, precision: str, batch: int = 1):
-    """(cost, tile, split) for every catalogue tile and usable split, cheapest first."""
+def candidates(m: int, n: int, k: int, precision: str, batch: int = 1, pipelined: bool = True):
+    """(cost, tile, split) for every catalogue tile (pipelined ones too, or not) and usable split, cheapest
+    first."""
     out = []
     for tile in TILES[precision]:
+        if tile.stages and not pipelined:
+            continue
         for split in tile.splits():
             if split > 1 and (k < 2 * split * tile.bk or batch * split > 65535):
                 continue   # each split must keep at least two K steps
@@ -149,16 +190,25 @@ def candidates(m: int, n: int, k: int, precision: str, batch: int = 1):
     return out
 
 
-def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1) -> str:
-    """C text of the tile type for C (m, n) = op(A) (m, k) @ op(B) (k, n), `batch` times.
+def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
+                dtype: str = "float32", rows: bool = False) -> str:
+    """C text of the tile type for C (m, n) = op(A) (m, k) @ op(B) (k, n), `batch` times, of `dtype` elements.
 
-    precision "tf32" picks a tensor-core tile (float GEMMs only; the caller passes "fp32" for others)."""
+    precision "tf32" picks a tensor-core tile (float GEMMs only; the caller passes "fp32" for others).
+    rows: A is the image input read in place (plan_memory.batch_rows). The trainer's launches of it run the
+    register-staged kernel with the tile's sizes (its row loader), so LARGE_TILE, whose 100 KB of pipeline
+    that kernel cannot hold, is not given to it; the small pipelined tiles are (the library's launches,
+    a plain matrix, run them pipelined)."""
     check_precision(precision)
     if min(m, n, k, batch) < 0:
         raise GCompileError(f"choose_tile: negative size m={m} n={n} k={k} batch={batch}")
+    if precision == "fp32" and dtype == "float32" and is_large(m, n, k, batch) and not rows:
+        return LARGE_TILE.c_type(1, m, n, k)
     measured = calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
-    if measured is not None:
+    if measured is not None and not (rows and replace(measured[0], stages=0).smem_bytes(measured[1]) > SMEM_LIMIT):
         tile, split = measured
     else:
-        _, tile, split = candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1))[0]
+        # the model ranks the register-staged tiles only: a pipelined one it preferred made logreg's
+        # batch-1000 step 4% slower (H100, 23.8 -> 24.8 us), so those go only where the sweep timed them
+        _, tile, split = candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1), pipelined=False)[0]
     return tile.c_type(split, m, n, k)

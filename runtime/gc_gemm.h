@@ -19,11 +19,13 @@
 //             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
 //   SM SN SK  the static shape the GEMM was specialized for (0: any). Bounds checks on a dimension that the
 //             tile divides are compiled out; gc_gemm refuses a launch whose shape differs.
+//   STAGES    > 0: the pipelined kernel (gc_gemm_pipe_kernel, fp32 FMAs): operands copied to shared memory
+//             with cp.async, STAGES K steps deep; 0: the register-staged one (gc_gemm_kernel).
 template <int BM_, int BN_, int BK_, int TM_, int TN_, int TF32_, int SPLIT_ = 1, int SM_ = 0, int SN_ = 0,
-          int SK_ = 0>
+          int SK_ = 0, int STAGES_ = 0>
 struct gc_tile {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, TF32 = TF32_, SPLIT = SPLIT_;
-    static constexpr int SM = SM_, SN = SN_, SK = SK_;
+    static constexpr int SM = SM_, SN = SN_, SK = SK_, STAGES = STAGES_;
     static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 ? 32 : 1);
 };
 

@@ -1,5 +1,5 @@
-// gc_gemm_cuda.cuh — the cuda target's GEMM (signature and tile type in gc_gemm.h). One kernel template,
-// specialized at compile time by its tile (sizes, precision, split, static shape) and its epilogue:
+// gc_gemm_cuda.cuh — the cuda target's GEMM (signature and tile type in gc_gemm.h). The register-staged kernel
+// template, specialized at compile time by its tile (sizes, precision, split, static shape) and its epilogue:
 //   * each block computes a BM x BN tile of C; K advances in steps of BK through two shared-memory buffers:
 //     the next steps' global loads (16-byte vectors where the layout allows) are in flight in registers
 //     while the current step computes (two steps ahead for small register blocks), one barrier per step;
@@ -12,6 +12,9 @@
 //   * split-K: the SPLIT blocks of a cluster each sum a slice of K, then each reduces a slice of the tile's
 //     rows over the cluster's shared memories in rank order 0..SPLIT-1. No atomics anywhere: results are
 //     bit-for-bit reproducible.
+// A second template, gc_gemm_pipe_kernel (tiles with STAGES > 0: the large problems' tile and two of the
+// catalogue's): the same fp32 register blocks, epilogue and split, fed by a cp.async pipeline STAGES steps
+// deep instead of registers (see there).
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 template <typename T, class Ep>
@@ -258,6 +261,58 @@ __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, 
     }
 }
 
+// Split-K's end (sm_90): each block of the cluster has its partial BM x BN tile in its shared memory (smem,
+// row-major); block `rank` sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order,
+// applies the epilogue to the sums and stores them (a thread's runs of 4 columns).
+template <int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep>
+__device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep, int b, int m0, int n0, int M,
+                                                     int N, T* C, bool vc) {
+    gc_cluster_sync();
+    constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;
+    const int rank = (int)gc_cluster_rank();
+    T sum[PER][4] = {};
+    auto run_at = [&](int i, int& row, int& col) {
+        const int e = threadIdx.x + i * THREADS;
+        row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
+        return RUNS % THREADS == 0 || e < RUNS;
+    };
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int row, col;
+        if (!run_at(i, row, col)) continue;
+#pragma unroll
+        for (int q = 0; q < S; q++) {
+            T v[4];
+            gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
+#pragma unroll
+            for (int r = 0; r < 4; r++) sum[i][r] += v[r];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int row, col;
+        if (run_at(i, row, col)) gc_gemm_epilogue<4, CM, CN>(ep, b, m0 + row, n0 + col, M, N, sum[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int row, col;
+        if (run_at(i, row, col)) gc_gemm_store<4, CM, CN>(C, m0 + row, n0 + col, M, N, sum[i], vc);
+    }
+    gc_cluster_sync();   // no block leaves while another still reads its shared memory
+}
+
+// The block's tile of C at (m0, n0): blocks walk groups of 8 tile rows column by column, so blocks running
+// together share rows of A and columns of B in L2.
+template <int BM, int BN>
+__device__ __forceinline__ void gc_gemm_origin(int M, int N, int& m0, int& n0) {
+    constexpr int G = 8;
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int group = blockIdx.x / (G * tiles_n), first = group * G;
+    const int rows = min(tiles_m - first, G), local = blockIdx.x - group * G * tiles_n;
+    m0 = (first + local % rows) * BM;
+    n0 = local / rows * BN;
+}
+
 // RA: A is the image input read in place through row indices or from a uint8 source (p.rows, gc_rows) — a
 // program whose batch gather is fused into its GEMMs. A's stored rows are the batch's rows: M without TA
 // (x @ W), K with TA (x^T @ g). (A float source without indices, the library's input buffer, is a plain
@@ -297,13 +352,8 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     const int M = Tile::SM ? Tile::SM : p.M, N = Tile::SN ? Tile::SN : p.N, K = Tile::SK ? Tile::SK : p.K;
     const bool va = (CA == 0 || CA % W == 0) && p.va, vb = (CB == 0 || CB % W == 0) && p.vb;
 
-    // Tile coordinates: blocks walk groups of 8 tile rows column by column, so blocks running together
-    // share rows of A and columns of B in L2.
-    constexpr int G = 8;
-    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const int group = blockIdx.x / (G * tiles_n), first = group * G;
-    const int rows = min(tiles_m - first, G), local = blockIdx.x - group * G * tiles_n;
-    const int m0 = (first + local % rows) * BM, n0 = local / rows * BN;
+    int m0, n0;
+    gc_gemm_origin<BM, BN>(M, N, m0, n0);
     const int b = blockIdx.z / S, s = blockIdx.z % S;
     const int KS = ((K + S - 1) / S + BK - 1) / BK * BK;    // K per split, a multiple of BK
     const int k_begin = s * KS, k_end = min(K, k_begin + KS);
@@ -459,42 +509,225 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
         __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
 #else
-        // Partial tiles to shared memory (the loop's last barrier freed it); then block `rank` of the
-        // cluster sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order.
+        // Partial tiles to shared memory (the loop's last barrier freed it), summed over the cluster.
         for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
-        gc_cluster_sync();
-        // A thread's runs of 4 (rows of the slice, 4 columns each): summed, through the epilogue, stored.
-        constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;
-        const int rank = (int)gc_cluster_rank();
-        T sum[PER][4] = {};
-        auto run_at = [&](int i, int& row, int& col) {
-            const int e = threadIdx.x + i * THREADS;
-            row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
-            return RUNS % THREADS == 0 || e < RUNS;
-        };
+        gc_gemm_split_reduce<BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc);
+#endif
+    }
+}
+
+// ---- the pipelined kernel (tiles with STAGES > 0) -------------------------------------------------------
+// cp.async (sm_80): a SIZE-byte copy from global to shared memory that bypasses registers; a dead copy
+// (live false) writes zeros and reads nothing. Copies are grouped (commit) and waited for by group: all but
+// the newest N. Before sm_80: a plain copy through a register, and nothing to wait for.
+template <int SIZE>
+__device__ __forceinline__ void gc_cp_async(void* dst, const void* src, bool live) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (SIZE == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(live ? 16 : 0));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(d), "l"(src), "n"(SIZE), "r"(live ? SIZE : 0));
+#else
+    struct alignas(SIZE) chunk { unsigned w[SIZE / 4]; };
+    chunk v = {};
+    if (live) v = *reinterpret_cast<const chunk*>(src);
+    *reinterpret_cast<chunk*>(dst) = v;
+#endif
+}
+__device__ __forceinline__ void gc_cp_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void gc_cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
+
+// The K steps of an operand, copied to shared memory k-major: s[k * LD + x] for k < BK, x < X (BM or BN),
+// from a row-major matrix with row stride ld. ALONG: the matrix's rows are k and x is contiguous (16-byte
+// copies where vec allows, else one element each); else its rows are x and k is contiguous: element copies
+// that transpose, a warp's 32 covering 8 consecutive k (32 bytes of a row) of 4 rows, which land in 32
+// distinct banks (LD is 4 words over a multiple of 32). CK / CX: k / x may run past the matrix (zeros are
+// copied in there). A thread's copies are its first one plus compile-time offsets: the addresses of a step
+// are one pointer and immediates, not a register pair per copy held over the K loop.
+template <typename T, int BK, int X, int LD, int THREADS, bool ALONG, bool CK, bool CX>
+struct gc_pipe_operand {
+    static constexpr int W = 16 / sizeof(T);
+    static constexpr int ROW = X / W, DK = THREADS / ROW;   // vector copies: chunks of a row, rows a pass covers
+    static constexpr int R = THREADS / 8;                   // transposing copies: rows of the matrix a pass covers
+    static_assert(X % W == 0 && BK % 8 == 0 && THREADS % ROW == 0 && BK % DK == 0 && X % R == 0 &&
+                  (THREADS % X == 0 || X % THREADS == 0), "gc_gemm: pipelined tile sizes");
+    const T* from;   // this thread's first copy at K step 0
+    long long ld;
+    int to, k1, x1, x_left;
+    bool vec;
+
+    // src: the matrix's element (k, x) = (0, x0); x_left: x left in the matrix from x0.
+    __device__ __forceinline__ gc_pipe_operand(const T* src, long long ld_, int x_left_, bool vec_)
+        : ld(ld_), x_left(x_left_), vec(ALONG && vec_) {
+        const int t = threadIdx.x;
+        if (vec) { k1 = t / ROW; x1 = t % ROW * W; }
+        else if (ALONG) { k1 = t / X; x1 = t % X; }
+        else { k1 = t % 8; x1 = t / 8; }
+        from = src + (ALONG ? k1 * ld + x1 : x1 * ld + k1);
+        to = k1 * LD + x1;
+    }
+
+    // K step [k0, k0 + BK) into s; k_left: K - k0.
+    __device__ __forceinline__ void copy(T* s, int k0, int k_left) const {
+        const T* f = from + (ALONG ? k0 * ld : k0);
+        T* d = s + to;
+        if (ALONG && vec) {   // x_left is a multiple of W here: a chunk is wholly inside or outside
 #pragma unroll
-        for (int i = 0; i < PER; i++) {
-            int row, col;
-            if (!run_at(i, row, col)) continue;
+            for (int i = 0; i < BK / DK; i++) {
+                const bool live = (!CK || k1 + i * DK < k_left) && (!CX || x1 < x_left);
+                gc_cp_async<16>(d + i * DK * LD, live ? f + i * DK * ld : from, live);
+            }
+        } else if (ALONG) {   // unaligned or odd rows: one element a copy, a loop (rare, registers for the rest)
+#pragma unroll 1
+            for (int i = 0; i < BK * X / THREADS; i++) {
+                const int dk = i * THREADS / X, dx = i * THREADS % X;
+                const bool live = (!CK || k1 + dk < k_left) && (!CX || x1 + dx < x_left);
+                gc_cp_async<sizeof(T)>(d + dk * LD + dx, live ? f + dk * ld + dx : from, live);
+            }
+        } else {
 #pragma unroll
-            for (int q = 0; q < S; q++) {
-                T v[4];
-                gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
-#pragma unroll
-                for (int r = 0; r < 4; r++) sum[i][r] += v[r];
+            for (int i = 0; i < BK * X / THREADS; i++) {
+                // copy i: (k, x) = (k1 + dk, x1 + dx)
+                const int dk = i * R / X * 8, dx = i * R % X;
+                const bool live = (!CK || k1 + dk < k_left) && (!CX || x1 + dx < x_left);
+                gc_cp_async<sizeof(T)>(d + dk * LD + dx, live ? f + dx * ld + dk : from, live);
             }
         }
+    }
+};
+
+// Shared memory of a pipelined tile: STAGES K steps of A (BK x (BM + 4)) and B (BK x (BN + 4)), k-major;
+// split: then the partial tile (BM x BN).
+template <typename T, class Tile>
+struct gc_pipe_smem {
+    static constexpr size_t pipe = (size_t)Tile::STAGES * Tile::BK * (Tile::BM + 4 + Tile::BN + 4) * sizeof(T);
+    static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)Tile::BM * Tile::BN * sizeof(T) : 0;
+    static constexpr size_t bytes = pipe > red ? pipe : red;
+};
+
+// The pipelined kernel: fp32 FMAs on TM x TN register blocks as gc_gemm_kernel's, fed differently. The K
+// steps go through STAGES shared-memory buffers filled by cp.async (STAGES - 1 steps in flight while one is
+// computed, one barrier per step, no registers held for loads); each k's A and B fragments are read while
+// the previous k's FMAs run (two register sets). A warp takes a 4 x 8 patch of the thread grid: a k's
+// reads are 4 vectors of A and 8 of B, one shared-memory wavefront each. Split-K as gc_gemm_kernel's; no
+// epilogue prefetch.
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+__global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
+gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
+    constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
+    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS, W = 16 / sizeof(T);
+    static_assert(!Tile::TF32 && ST >= 2, "gc_gemm: pipelined tiles are fp32, 2+ stages");
+    static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
+    static_assert(BM % TM == 0 && BN % TN == 0 && TM % 4 == 0 && TN % 4 == 0, "gc_gemm: tile sizes do not divide");
+    constexpr int LDA = BM + 4, LDB = BN + 4, STAGE = BK * (LDA + LDB);
+    static_assert(gc_pipe_smem<T, Tile>::bytes <= 227 * 1024, "gc_gemm: pipelined tile needs over 227 KB of shared memory");
+    constexpr int MT = BM / TM, NT = BN / TN, PW = NT < 8 ? NT : 8, PH = 32 / PW;
+    static_assert(THREADS % 32 == 0 && MT % PH == 0 && NT % PW == 0, "gc_gemm: no 4 x 8 warp patches");
+    extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
+    T* smem = reinterpret_cast<T*>(gc_dynamic_smem);
+    gc_wait_prior();
+
+    // As gc_gemm_kernel: the static shape's bounds checks compiled out, 16-byte copies where allowed.
+    constexpr bool EM = Tile::SM > 0 && Tile::SM % BM == 0;
+    constexpr bool EN = Tile::SN > 0 && Tile::SN % BN == 0;
+    constexpr bool EK = Tile::SK > 0 && Tile::SK % (BK * S) == 0;
+    constexpr int CA = TA ? Tile::SM : Tile::SK, CB = TB ? Tile::SK : Tile::SN;
+    const int M = Tile::SM ? Tile::SM : p.M, N = Tile::SN ? Tile::SN : p.N, K = Tile::SK ? Tile::SK : p.K;
+    const bool va = (CA == 0 || CA % W == 0) && p.va, vb = (CB == 0 || CB % W == 0) && p.vb;
+    int m0, n0;
+    gc_gemm_origin<BM, BN>(M, N, m0, n0);
+    const int b = blockIdx.z / S, s = blockIdx.z % S;
+    const int KS = ((K + S - 1) / S + BK - 1) / BK * BK;    // K per split, a multiple of BK
+    const int k_begin = s * KS, k_end = min(K, k_begin + KS);
+    const int ktiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+    const T* __restrict__ A = p.A + b * p.sa;
+    const T* __restrict__ B = p.B + b * p.sb;
+    T* __restrict__ C = p.C + b * p.sc;
+
+    // A's steps are (BK x BM) of A stored transposed (TA) or (BM x BK) of A; B's likewise.
+    typedef gc_pipe_operand<T, BK, BM, LDA, THREADS, TA, !EK, !EM> OperandA;
+    typedef gc_pipe_operand<T, BK, BN, LDB, THREADS, !TB, !EK, !EN> OperandB;
+    const OperandA oa(A + (TA ? m0 : (size_t)m0 * K), TA ? M : K, M - m0, va);
+    const OperandB ob(B + (TB ? (size_t)n0 * K : n0), TB ? K : N, N - n0, vb);
+    auto load = [&](int buf, int kt) {   // K step kt into buffer buf
+        const int k0 = k_begin + kt * BK;
+        oa.copy(smem + buf * STAGE, k0, k_end - k0);
+        ob.copy(smem + buf * STAGE + BK * LDA, k0, k_end - k0);
+    };
+
+    // Thread (ty, tx) owns rows g * 4 * MT + 4 * ty + r and columns g * 4 * NT + 4 * tx + r (r < 4), as in
+    // gc_gemm_kernel; warp w takes the patch of PH rows and PW columns of the (ty, tx) grid at its place.
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int ty = warp / (NT / PW) * PH + lane / PW, tx = warp % (NT / PW) * PW + lane % PW;
+    T acc[TM][TN] = {};
+    T a[2][TM], bv[2][TN];
+    auto fragments = [&](const T* as, int k, T* a, T* bv) {
+        const T* bs = as + BK * LDA;
 #pragma unroll
-        for (int i = 0; i < PER; i++) {
-            int row, col;
-            if (run_at(i, row, col)) gc_gemm_epilogue<4, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, sum[i]);
-        }
+        for (int g = 0; g < TM / 4; g++) gc_ld_run<4>(as + k * LDA + g * 4 * MT + 4 * ty, a + 4 * g);
 #pragma unroll
-        for (int i = 0; i < PER; i++) {
-            int row, col;
-            if (run_at(i, row, col)) gc_gemm_store<4, !EM, !EN>(C, m0 + row, n0 + col, M, N, sum[i], p.vc);
+        for (int g = 0; g < TN / 4; g++) gc_ld_run<4>(bs + k * LDB + g * 4 * NT + 4 * tx, bv + 4 * g);
+    };
+
+    // Steps 0..ST-1 start on their way (a group each, empty past the end, so that the count of groups in
+    // flight is the same at every step). At the last k of step kt, once step kt + 1 has arrived (all but the
+    // newest ST - 2 groups) and every thread has read its last fragments of step kt (the barrier), step
+    // kt + ST goes into kt's buffer.
+    for (int s = 0; s < ST; s++) {
+        if (s < ktiles) load(s, s);
+        gc_cp_commit();
+    }
+    gc_cp_wait<ST - 1>();
+    __syncthreads();
+    fragments(smem, 0, a[0], bv[0]);
+    int cur = 0;
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int next = cur + 1 == ST ? 0 : cur + 1;
+#pragma unroll
+        for (int k = 0; k < BK; k++) {
+            if (k < BK - 1) {
+                fragments(smem + cur * STAGE, k + 1, a[(k + 1) % 2], bv[(k + 1) % 2]);
+            } else {
+                gc_cp_wait<ST - 2>();
+                __syncthreads();
+                if (kt + ST < ktiles) load(cur, kt + ST);
+                gc_cp_commit();
+                fragments(smem + next * STAGE, 0, a[(k + 1) % 2], bv[(k + 1) % 2]);   // past the end: unused
+            }
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++) acc[i][j] += a[k % 2][i] * bv[k % 2][j];
         }
-        gc_cluster_sync();   // no block leaves while another still reads its shared memory
+        cur = next;
+    }
+
+    auto for_runs = [&](auto&& f) {
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
+    };
+    if constexpr (S == 1) {
+        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<4, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, v); });
+        for_runs([&](int row, int col, T* v) { gc_gemm_store<4, !EM, !EN>(C, m0 + row, n0 + col, M, N, v, p.vc); });
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
+#else
+        __syncthreads();   // every warp is past its last reads of the buffers
+        for_runs([&](int row, int col, T* v) { gc_st_run<4>(smem + row * BN + col, v); });
+        gc_gemm_split_reduce<BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc);
 #endif
     }
 }
@@ -528,8 +761,7 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
         return gc_fail(GC_ERR_ARG, "gc_gemm: M=%d N=%d batch=%d is too large for one launch", M, N, batch);
     dim3 grid((unsigned)tiles, 1, batch * S);
-    if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);
-    if (!gc_cluster_launch_supported())
+    if (S > 1 && !gc_cluster_launch_supported())
         return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM splits K over a thread-block cluster, which this "
                        "GPU cannot launch (sm_90 or newer needed)");
     cudaLaunchAttribute cluster;
@@ -537,7 +769,18 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     cluster.val.clusterDim.x = 1;
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = S;
-    return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, &cluster, 1, p);
+    if constexpr (Tile::STAGES > 0 && !RA) {   // over 48 KB of shared memory: the kernel's limit is raised once
+        constexpr size_t smem = gc_pipe_smem<T, Tile>::bytes;
+        static bool raised = false;
+        if (!raised && smem > 48 * 1024)
+            GC_CUDA_TRY(cudaFuncSetAttribute(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        raised = true;
+        return gc_launch_smem(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, smem, &cluster, S > 1, p);
+    } else {   // (rows read in place: the pipelined tiles' sizes are the plain kernel's too, it reads them)
+        if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);
+        return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, &cluster, 1, p);
+    }
 }
 
 template <typename T, bool TA, bool TB, class Tile, class Ep>

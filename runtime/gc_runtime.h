@@ -177,12 +177,13 @@ static bool gc_pdl_supported() {
     return supported == 1;
 }
 
-// Launch kernel<<<grid, block>>>(args...) on the current stream (gc_on; the per-thread default stream outside
-// a step's branches), with the attributes in `extra` (at most 3) and, where supported, programmatic
-// serialization against the previous kernel.
+// Launch kernel<<<grid, block, smem>>>(args...) on the current stream (gc_on; the per-thread default stream
+// outside a step's branches), with the attributes in `extra` (at most 3) and, where supported, programmatic
+// serialization against the previous kernel. smem: bytes of dynamic shared memory (over 48 KB only once the
+// caller has raised the kernel's limit).
 template <typename... Params, typename... Args>
-static int gc_launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, cudaLaunchAttribute* extra, int n_extra,
-                        Args... args) {
+static int gc_launch_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaLaunchAttribute* extra,
+                          int n_extra, Args... args) {
     cudaLaunchAttribute attrs[4];
     if (n_extra > 3) return gc_fail(GC_ERR_ARG, "gc_launch_ex: %d extra launch attributes, at most 3", n_extra);
     int n = 0;
@@ -195,11 +196,17 @@ static int gc_launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, cudaLa
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
+    config.dynamicSmemBytes = smem;
     config.stream = gc_current_stream;
     config.attrs = attrs;
     config.numAttrs = n;
     GC_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, ((Params)args)...));
     return GC_OK;
+}
+template <typename... Params, typename... Args>
+static int gc_launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, cudaLaunchAttribute* extra, int n_extra,
+                        Args... args) {
+    return gc_launch_smem(kernel, grid, block, 0, extra, n_extra, args...);
 }
 template <typename... Params, typename... Args>
 static int gc_launch(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {

@@ -14,7 +14,7 @@ import pytest
 
 from gcompile.build import compile_flags
 from gcompile.errors import GCompileError
-from gcompile.gemm_tiles import TILES, calibration, candidates, choose_tile, cost, tile_by_name
+from gcompile.gemm_tiles import LARGE_TILE, TILES, calibration, candidates, choose_tile, cost, is_large, tile_by_name
 from gcompile.resources import package_dir
 import gemm_harness as H
 
@@ -40,6 +40,8 @@ def cases() -> list[H.Case]:
                 C("float32", ta, tb, "gc_tile<64, 64, 16, 32, 32, 1>", 37, 53, 29, tf32=True),
                 C("float32", ta, tb, "gc_tile<64, 32, 16, 32, 16, 1, 4, 100, 36, 1000>", 100, 36, 1000,
                   ep=True, tf32=True),
+                C("float32", ta, tb, LARGE_TILE.c_type(), 300, 260, 70, ep=True),
+                C("float32", ta, tb, LARGE_TILE.c_type(1, 1000, 999, 777), 1000, 999, 777),
             ]
     out += [
         # batches: strides with gaps (C's gaps must stay untouched) and no multiple of 4 (scalar loads)
@@ -53,6 +55,13 @@ def cases() -> list[H.Case]:
         # the big tiles, with overhangs
         C("float32", False, False, "gc_tile<128, 128, 8, 8, 8, 0>", 300, 260, 70, ep=True),
         C("float32", True, True, "gc_tile<128, 128, 16, 64, 32, 1>", 300, 260, 70, tf32=True),
+        # the pipelined tile for large problems: overhangs and K no multiple of its step, a static shape it
+        # divides, batches with gaps and odd rows (element copies), unaligned A; a small pipelined tile, float64
+        C("float32", False, False, LARGE_TILE.c_type(1, 256, 512, 96), 256, 512, 96, ep=True),
+        C("float32", False, True, LARGE_TILE.c_type(), 33, 20, 17, batch=3, sa=33 * 17 + 3, sb=20 * 17,
+          sc=33 * 20 + 4, ep=True),
+        C("float32", True, False, LARGE_TILE.c_type(), 130, 132, 36, shift=1),
+        C("float64", True, True, "gc_tile<64, 64, 16, 4, 4, 0, 1, 0, 0, 0, 3>", 45, 138, 77, ep=True),
         # K = 0: every output is ep(0)
         C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0>", 5, 7, 0, ep=True),
         # double
@@ -109,15 +118,21 @@ def test_gemm_matches_numpy(target, tmp_path):
 
 
 def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
-    big = choose_tile(4096, 4096, 4096, False, False, "fp32")
-    assert big.startswith("gc_tile<128, 128, 8, 8, 8, 0, 1, 4096, 4096, 4096>")
+    # large float fp32 problems get the pipelined tile, whatever the transposes; float64 and tf32 do not
+    for ta, tb in ((False, False), (True, True)):
+        assert choose_tile(4096, 4096, 4096, ta, tb, "fp32") == LARGE_TILE.c_type(1, 4096, 4096, 4096)
+    assert choose_tile(1024, 2048, 1024, False, True, "fp32", batch=2) == LARGE_TILE.c_type(1, 1024, 2048, 1024)
+    assert choose_tile(4096, 4096, 4096, False, False, "fp32", dtype="float64").startswith(
+        "gc_tile<128, 128, 8, 8, 8, 0, 1, 4096, 4096, 4096>")
     assert choose_tile(4096, 4096, 4096, False, False, "tf32").startswith("gc_tile<128, 128, 16, 64, 32, 1, 1,")
+    assert not is_large(4096, 4096, 1000) and not is_large(1000, 4096, 4096) and not is_large(1024, 1024, 1024)
     for batch in (128, 1000):
         for m, n, k, ta, tb in mlp_gemms(batch):
             for precision in ("fp32", "tf32"):
-                bm, bn, _, _, _, tf32, split, sm, sn, sk = map(int, re.findall(r"\d+", choose_tile(
-                    m, n, k, ta, tb, precision)))
+                tile = choose_tile(m, n, k, ta, tb, precision)
+                bm, bn, bk, tm, tn, tf32, split, sm, sn, sk = map(int, re.findall(r"\d+", tile)[:10])
                 assert (sm, sn, sk) == (m, n, k) and tf32 == (precision == "tf32")
+                assert (bm, bn, bk, tm, tn) != (LARGE_TILE.bm, LARGE_TILE.bn, LARGE_TILE.bk, LARGE_TILE.tm, LARGE_TILE.tn)
                 blocks = -(-m // bm) * -(-n // bn) * split
                 # small problems: enough blocks to spread over many SMs, unless the work is tiny
                 assert blocks >= 32 or m * n * k < 2e6, (m, n, k, precision, bm, bn, split)
@@ -129,17 +144,20 @@ def test_calibration_is_consistent():
     data = calibration()
     assert data["measured"] and data["gpu"] and data["commit"]
     for e in data["measured"]:
-        tile = tile_by_name(e["tile"])
-        assert tile in TILES[e["precision"]] and e["split"] in tile.splits()
+        tile, split = tile_by_name(e["tile"]), e["split"]
+        assert tile in TILES[e["precision"]] and split in tile.splits()
+        if e["precision"] == "fp32" and is_large(e["m"], e["n"], e["k"]):
+            tile, split = LARGE_TILE, 1   # the pipelined tile comes first
         assert choose_tile(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"], e["batch"]) == \
-            tile.c_type(e["split"], e["m"], e["n"], e["k"])
+            tile.c_type(split, e["m"], e["n"], e["k"])
     for tiles in TILES.values():
         for tile in tiles:
             assert len(data["model"]["tiles"][tile.name]) == 2
             assert cost(tile, 1, 1000, 1000, 1000) > 0
-    # a shape the sweep did not measure goes through the model
-    assert choose_tile(3000, 70, 200, False, True, "fp32") == candidates(3000, 70, 200, "fp32")[0][1].c_type(
-        candidates(3000, 70, 200, "fp32")[0][2], 3000, 70, 200)
+    # a shape the sweep did not measure goes through the model, which ranks the register-staged tiles only
+    _, tile, split = candidates(3000, 70, 200, "fp32", pipelined=False)[0]
+    assert choose_tile(3000, 70, 200, False, True, "fp32") == tile.c_type(split, 3000, 70, 200)
+    assert any(t.stages for _, t, _ in candidates(3000, 70, 200, "fp32"))   # the sweep times them all
 
 
 def test_choose_tile_errors_and_candidates():
@@ -160,7 +178,7 @@ def test_every_tile_compiles_with_nvcc(tmp_path):
         pytest.skip("nvcc is not installed")
     lines = ['#include "gc_runtime.h"', '#include "gc_gemm.h"', '#include "gc_gemm_cuda.cuh"',
              "int instantiate(const float* a, const float* b, float* c) {"]
-    for precision, tiles in TILES.items():
+    for precision, tiles in {**TILES, "large": [LARGE_TILE]}.items():
         for tile in tiles:
             variants = [(ta, tb, 1) for ta in (False, True) for tb in (False, True)]
             variants += [(True, False, s) for s in tile.splits() if s > 1]

@@ -238,7 +238,8 @@ class Lowering:
         return {"a": "*gc_batch_input()" if rows else self.pointer(a), "b": self.pointer(b), "c": c,
                 "m": m, "n": n, "k": k,
                 "trans_a": int(ta), "trans_b": int(tb), "ctype": C_TYPES[node.dtype],
-                "tile": choose_tile(m, n, k, ta, tb, self.precision if node.dtype == "float32" else "fp32", batch),
+                "tile": choose_tile(m, n, k, ta, tb, self.precision if node.dtype == "float32" else "fp32", batch,
+                                    node.dtype, rows),
                 "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
                 "epilogue": epilogue}
 
