@@ -1,5 +1,5 @@
 """build: write the generated source, the initial parameters and the manifest, then compile the source
-to objects (cpu: one; cuda: two parts side by side, see part_commands) and link them twice — a shared
+to objects (cpu: one; cuda: its kernels parts and its host part side by side, see part_commands) and link them twice — a shared
 library (the C ABI, for gc.load) and a standalone binary (the training command line). Builds are cached by
 a hash of source + every command + compiler versions.
 """
@@ -132,14 +132,15 @@ def nvcc_includes(path: str) -> tuple[str, ...] | None:
     return tuple(flags) if any(f.startswith("-I") for f in flags) else None
 
 
-def part_commands(target: str, compiler: str, flags: list[str]) -> list[list[str]]:
+def part_commands(target: str, compiler: str, flags: list[str], kernel_parts: int = 1) -> list[list[str]]:
     """compiler + flags of each object the source is compiled to; the compiles run side by side. cpu: one.
-    cuda: two parts of the one source (runtime/gc_runtime.h): nvcc compiles the kernels part (GC_PART_KERNELS:
-    the kernels, their launchers, the steps) and the host C++ compiler, with the CUDA runtime's headers, the
-    host part (GC_PART_HOST: error messages, data, checkpoints, CUDA graphs, the C ABI, the trainer). Inside
-    one nvcc run the host compile starts only after cicc and ptxas (it embeds their machine code); the host
-    part's compile runs beside them instead (docs/compiler.md, "Compile time"). Where nvcc does not say
-    where its headers are, nvcc compiles the whole source."""
+    cuda: parts of the one source (runtime/gc_runtime.h): nvcc compiles each of the `kernel_parts` kernels
+    parts (GC_PART_KERNELS=p: part p's kernels and launchers; part 0 also the steps and the runtime's own
+    kernels; emit.py's assign_parts shares the kernels out) and the host C++ compiler, with the CUDA runtime's
+    headers, the host part (GC_PART_HOST: error messages, data, checkpoints, CUDA graphs, the C ABI, the
+    trainer). Inside one nvcc run every step waits for the one before (the host compile for cicc and ptxas,
+    which optimize one kernel after another's front end); separate runs overlap (docs/compiler.md, "Compile
+    time"). Where nvcc does not say where its headers are, nvcc compiles the whole source."""
     includes = cuda_includes(compiler) if target == "cuda" else None
     if includes is None:
         return [[compiler, *flags]]
@@ -147,7 +148,7 @@ def part_commands(target: str, compiler: str, flags: list[str]) -> list[list[str
     # macro that --default-stream per-thread defines (the runtime API's calls then use the per-thread stream)
     host = [os.environ.get("CXX", "c++"), "-x", "c++", "-O1", "-std=c++17", "-fPIC", "-fvisibility=hidden",
             "-DCUDA_API_PER_THREAD_DEFAULT_STREAM=1", *includes, "-DGC_PART_HOST"]
-    return [[compiler, *flags, "-DGC_PART_KERNELS"], host]
+    return [[compiler, *flags, f"-DGC_PART_KERNELS={p}"] for p in range(kernel_parts)] + [host]
 
 
 def build_command(parts: list[list[str]]) -> str:
@@ -155,9 +156,11 @@ def build_command(parts: list[list[str]]) -> str:
     return " & ".join(" ".join(p) for p in parts)
 
 
-def build_settings(target: str, compiler: str, flags: list[str], link_flags: list[str]) -> list[str]:
-    """Every command of a build and every compiler's version: what the build caches are keyed by."""
-    parts = part_commands(target, compiler, flags)
+def build_settings(target: str, compiler: str, flags: list[str], link_flags: list[str],
+                   kernel_parts: int = 1) -> list[str]:
+    """Every command of a build and every compiler's version: what the build caches are keyed by. (The
+    program's fingerprint takes them for one kernels part: how many there are follows from the program.)"""
+    parts = part_commands(target, compiler, flags, kernel_parts)
     versions = [compiler_version(c) for c in dict.fromkeys([compiler] + [p[0] for p in parts])]
     return [" ".join(p) for p in parts] + [" ".join([compiler, *link_flags]), *versions]
 
@@ -214,8 +217,8 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
-    settings = build_settings(target, compiler, flags, link_flags)
-    parts = part_commands(target, compiler, flags)
+    settings = build_settings(target, compiler, flags, link_flags, compiled.kernel_parts)
+    parts = part_commands(target, compiler, flags, compiled.kernel_parts)
 
     source = out / f"{module.name}{SUFFIX[target]}"
     write_if_changed(source, compiled.source.encode())
@@ -241,7 +244,8 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     artifact = Artifact(module.name, target, str(out), str(source), str(binary), str(library),
                         str(out / f"{module.name}.json"), str(init), cached, time.perf_counter() - start)
     manifest = dict(module.manifest, target=target, artifact=asdict(artifact),
-                    compiler=parts[0], host_compiler=parts[1] if len(parts) > 1 else None, sanitize=sanitize,
+                    compiler=parts[0], host_compiler=parts[-1] if len(parts) > 1 else None,
+                    kernel_parts=len(parts) - 1 if len(parts) > 1 else None, sanitize=sanitize,
                     arena_bytes=compiled.plan.arena_bytes,
                     batch_rows=any(b.rows for b in compiled.plan.buffers),
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes)

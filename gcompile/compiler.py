@@ -40,7 +40,7 @@ def compile(program, target: str = "cuda", out_dir=None, name: str | None = None
         return artifact
     from .pipeline import compile_program  # the passes load networkx and jinja2: only when compiling
     compiled = compile_program(program, target, name, source, precision=precision,
-                               build_command=build_command(part_commands(target, compiler, flags)))
+                               build_command=lambda parts: build_command(part_commands(target, compiler, flags, parts)))
     return build(compiled, out_dir, arch, cudart, program_key=key, sanitize=sanitize)
 
 

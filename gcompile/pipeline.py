@@ -34,6 +34,7 @@ class CompiledSource:
     source: str
     target: str
     stages: dict[str, str]           # the printed IR after each pass (what `gcompile inspect` shows)
+    kernel_parts: int = 1            # the cuda build's kernels parts (emit.assign_parts, build.part_commands)
 
 
 def graphs_text(graphs: dict) -> str:
@@ -41,7 +42,9 @@ def graphs_text(graphs: dict) -> str:
 
 
 def compile_program(program, target: str = "cuda", name: str = "model", source: str = "<python>",
-                    build_command: str = "", precision: str = "fp32") -> CompiledSource:
+                    build_command="", precision: str = "fp32") -> CompiledSource:
+    """build_command: what the source's header shows as its compile commands, or a function of the number of
+    kernels parts (emit.assign_parts) that gives it."""
     stages = {}
     module = trace(program, name, source)
     module.precision = check_precision(precision)
@@ -82,9 +85,9 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
                 made.setdefault(group, []).append(f"{k.name} ({g})")
     stages["fuse"] = fused_text + describe_groups(groups, made)
 
-    text = emit(module, plan, kernels, target, build_command)
+    text, kernel_parts = emit(module, plan, kernels, target, build_command)
     stages["emit"] = text
     if os.environ.get("GCOMPILE_DEBUG") == "1":
         for stage, printed in stages.items():
             print(f"==== after {stage} ====\n{printed}\n", file=sys.stderr)
-    return CompiledSource(module, schedules, plan, kernels, text, target, stages)
+    return CompiledSource(module, schedules, plan, kernels, text, target, stages, kernel_parts)

@@ -4,7 +4,7 @@
 // gc_gemm_cuda.cuh). Reductions use a fixed-shape tree in shared memory and no atomics on floats, so every
 // run is bit-for-bit reproducible.
 
-#if GC_KERNELS   // the kernels part (gc_runtime.h); the host part sees the trainer's launchers' declarations
+#if GC_KERNELS   // every kernels part (gc_runtime.h)
 #define GC_BLOCK 256
 
 // V consecutive elements of T moved as one access (a float4 for V = 4 floats): the map kernels' vector loop.
@@ -46,7 +46,7 @@ __device__ T gc_block_reduce(T v, T* shared) {
 // order and finishes the kernel. `ticket` is an int of the arena's workspace (zero when the arena is made);
 // the last block sets it back to zero, so the next launch (a graph replay) finds it so. No float atomics:
 // the sums' order is fixed, and results are bit-for-bit the same run to run.
-__device__ bool gc_last_block(unsigned int* ticket, unsigned int blocks) {
+static __device__ bool gc_last_block(unsigned int* ticket, unsigned int blocks) {
     __shared__ bool last;
     __threadfence();            // this block's partials are visible to every block before its ticket is
     __syncthreads();
@@ -104,6 +104,9 @@ __device__ void gc_head_rows(const T* __restrict__ A, const T* __restrict__ B, T
     }
 }
 
+#endif   // GC_KERNELS
+
+#if GC_KERNELS0   // kernels part 0 (a non-template kernel is defined once); the host part sees the declarations
 // ---- the trainer's kernels -------------------------------------------------------------------------
 // A training step in the trainer's graph is gather -> the step's kernels; a replayed chunk of steps ends
 // with gc_steps_done. The batch position comes from the device-side cursor, so a graph replays unchanged.
@@ -234,7 +237,7 @@ template int gc_gather<uint8_t>(const uint8_t*, const int32_t*, const gc_cursor*
 template int gc_gather<float>(const float*, const int32_t*, const gc_cursor*, int64_t, int, int, float, float*,
                               int32_t*, int, const float*, double*);
 #endif
-#else   // the host part: the trainer's launchers above, defined in the kernels part
+#else   // the host part: the trainer's launchers above, defined in kernels part 0
 template <typename IMG>
 GC_SHARED int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
                         int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums);
@@ -245,4 +248,4 @@ GC_SHARED int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int 
 GC_SHARED int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums);
 GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
                                int first);
-#endif   // GC_KERNELS
+#endif   // GC_KERNELS0

@@ -13,12 +13,13 @@
 #include <time.h>
 #include <errno.h>
 #include <unistd.h>
-// A cuda build compiles this file twice, side by side (gcompile/build.py): nvcc with GC_PART_KERNELS (the
-// kernels, their launchers, the steps) and the host C++ compiler with GC_PART_HOST (the rest: error messages,
+// A cuda build compiles this file several times, side by side (gcompile/build.py): nvcc once per kernels
+// part, with GC_PART_KERNELS=p (part p of the generated kernels and their launchers; part 0 also the steps
+// and the runtime's own kernels), and the host C++ compiler with GC_PART_HOST (the rest: error messages,
 // data, checkpoints, CUDA graphs, the C ABI, the trainer), one object each, linked together. Without either
 // (the cpu target, or nvcc run by hand on the file) one compile holds everything. GC_KERNELS and GC_HOST say
-// whether this compile holds each part; GC_SHARED marks what one part defines and the other calls (hidden:
-// the library exports only the ABI).
+// whether this compile holds each part, GC_PART(p) whether it holds kernels part p (GC_KERNELS0: part 0);
+// GC_SHARED marks what one part defines and another calls (hidden: the library exports only the ABI).
 #if defined(GC_PART_KERNELS) || defined(GC_PART_HOST)
 #define GC_SHARED __attribute__((visibility("hidden")))
 #else
@@ -34,6 +35,12 @@
 #else
 #define GC_HOST 1
 #endif
+#ifdef GC_PART_KERNELS
+#define GC_PART(p) (GC_PART_KERNELS == (p))
+#else
+#define GC_PART(p) GC_KERNELS
+#endif
+#define GC_KERNELS0 GC_PART(0)
 #if defined(__CUDACC__) || defined(GC_PART_HOST)
 #define GC_CUDA 1
 #include <cuda_runtime.h>
@@ -114,9 +121,15 @@ __device__ __forceinline__ void gc_wait_prior() {
 // join the capture through the fork's event, so the graph gets the branches. Streams and events belong to
 // the calling thread (as the per-thread default stream does), made once by gc_streams_ready — before a
 // capture begins, since a capture must not create them.
+// gc_current_stream is part 0's (the steps pick the stream; every part's launchers launch on it).
+#if GC_KERNELS0
+GC_SHARED thread_local cudaStream_t gc_current_stream = cudaStreamPerThread;
+#else
+extern GC_SHARED thread_local cudaStream_t gc_current_stream;
+#endif
+#if GC_KERNELS0
 #define GC_MAX_STREAMS 4
 #define GC_MAX_EVENTS 256
-static thread_local cudaStream_t gc_current_stream = cudaStreamPerThread;
 static thread_local cudaStream_t gc_stream_table[GC_MAX_STREAMS];
 static thread_local cudaEvent_t gc_event_table[GC_MAX_EVENTS + GC_MAX_STREAMS];   // + fork and joins
 static thread_local bool gc_streams_made = false;
@@ -162,6 +175,7 @@ static int gc_join(int streams, int rc) {
     }
     return rc;
 }
+#endif   // GC_KERNELS0
 
 // Whether kernels of this device may launch early (asked once; GC_NO_PDL=1 turns it off, for comparisons).
 static bool gc_pdl_supported() {
@@ -224,8 +238,8 @@ static int gc_join(int, int rc) { return rc; }
 #endif
 
 // ---- the device: present, able to run this program's kernels, memory ----------------------------------
-#if defined(GC_CUDA) && !GC_KERNELS
-GC_SHARED int gc_device_check(void);   // it asks about a kernel: in the kernels part
+#if defined(GC_CUDA) && !GC_KERNELS0
+GC_SHARED int gc_device_check(void);   // it asks about a kernel: in kernels part 0
 #elif defined(GC_CUDA)
 static __global__ void gc_probe_kernel() {}
 
@@ -411,7 +425,7 @@ typedef struct {
     int32_t u8;               // 1: uint8 source, 0: float32
 } gc_rows;
 
-#if GC_KERNELS
+#if GC_KERNELS0
 GC_SHARED gc_rows* gc_batch_input(void) {
     static thread_local gc_rows now = {NULL, NULL, 1, 0};
     return &now;
@@ -441,12 +455,14 @@ GC_HD static inline void gc_cursor_advance(gc_cursor* cursor, int64_t steps, con
     cursor->step += steps;
 }
 
+#if GC_KERNELS0   // the accuracy count's (gc_count_correct)
 // The index of the largest of row[0..classes) (the first one wins, as numpy's argmax).
 GC_HD static inline int gc_argmax(const float* row, int classes) {
     int best = 0;
     for (int c = 1; c < classes; c++) if (row[c] > row[best]) best = c;
     return best;
 }
+#endif
 
 #if GC_HOST   // from here to the end: the host part only
 // ---- CUDA graphs: capture a piece of work once, replay it ---------------------------------------------

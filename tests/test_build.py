@@ -1,5 +1,5 @@
 """build: cache hits, BuildError reporting, the initial-parameter checkpoint, what the cuda program includes,
-the cuda build's two parts."""
+the cuda build's parts."""
 import json
 import re
 import shutil
@@ -11,7 +11,9 @@ import pytest
 import gcompile as gc
 from gcompile import build
 from gcompile.checkpoint import read_checkpoint
+from gcompile.passes.emit import gemm_cost
 from gcompile.pipeline import compile_program
+from graphs import mlp_program
 
 
 def tiny_program():
@@ -71,11 +73,35 @@ def test_cuda_program_includes_no_cpp_library_header():
     assert [h for h in headers if not h.endswith(".h")] == []
 
 
+def test_kernels_parts_share_out_the_gemm_instantiations():
+    """Compile time: the kernels are shared out to several nvcc runs (emit.assign_parts). Kernels that share
+    a gc_gemm instantiation or an epilogue type stay in one part (two parts would compile a template kernel
+    twice, and an epilogue type is defined once); the estimated costs are balanced; a launcher that the steps
+    (part 0) call from another part is GC_SHARED and declared for part 0; the cpu target has one part."""
+    compiled = compile_program(mlp_program(128), "cuda")
+    kernels = [k for ks in compiled.kernels.values() for k in ks]
+    assert compiled.kernel_parts == 4
+    part_of = {}
+    for k in kernels:
+        v = k.values
+        keys = [("ep", v.get("ep_type"))] if v.get("ep_type") else []
+        if k.kind == "matmul":
+            keys.append((v["ctype"], v["trans_a"], v["trans_b"], v["tile"], v.get("ep_type")))
+        for key in keys:
+            assert part_of.setdefault(key, v["part"]) == v["part"], (k.name, key)
+    costs = [gemm_cost([k for k in kernels if k.values["part"] == p]) for p in range(compiled.kernel_parts)]
+    assert max(costs) - min(costs) <= 2 and sum(costs) == gemm_cost(kernels)
+    for k in kernels:
+        shared = f"\nGC_SHARED int {k.name}(unsigned char* A)"
+        assert (shared + " {" in compiled.source) == (shared + ";" in compiled.source) == (k.values["part"] > 0)
+    assert compile_program(mlp_program(128), "cpu").kernel_parts == 1
+
+
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc is not installed")
-def test_cuda_build_compiles_two_parts_that_export_only_the_abi(tmp_path, monkeypatch):
-    """Compile time: nvcc compiles the kernels part of the one source while the host C++ compiler compiles
-    the host part (build.part_commands). What one part calls in the other is hidden: the library exports
-    the C ABI only. A failing host part names its command and the source; the cache key holds its command;
+def test_cuda_build_compiles_parts_that_export_only_the_abi(tmp_path, monkeypatch):
+    """Compile time: nvcc compiles the kernels parts of the one source while the host C++ compiler compiles
+    the host part (build.part_commands). What one part calls in another is hidden: the library exports
+    the C ABI only. A failing host part names its command and the source; the cache key holds every command;
     nvcc alone still compiles the whole source."""
     broken = tmp_path / "broken-cc"
     broken.write_text("#!/bin/sh\necho 'broken-cc: internal error' >&2\nexit 3\n")
@@ -87,12 +113,18 @@ def test_cuda_build_compiles_two_parts_that_export_only_the_abi(tmp_path, monkey
     assert info.value.source_path.endswith("tiny.cu") and "broken-cc: internal error" in info.value.stderr
     monkeypatch.delenv("CXX")
 
-    artifact = gc.compile(tiny_program(), target="cuda", arch="sm_90", out_dir=tmp_path / "out")
+    # a small MLP: three kernels parts (a GEMM in each), linked without a clash
+    artifact = gc.compile(mlp_program(8, dims=(16, 8, 4)), target="cuda", arch="sm_90", out_dir=tmp_path / "out")
     manifest = json.loads(open(artifact.manifest).read())
-    assert manifest["compiler"][0] == "nvcc" and "-DGC_PART_KERNELS" in manifest["compiler"]
+    assert manifest["compiler"][0] == "nvcc" and "-DGC_PART_KERNELS=0" in manifest["compiler"]
     assert manifest["host_compiler"][0] != "nvcc" and "-DGC_PART_HOST" in manifest["host_compiler"]
+    assert manifest["kernel_parts"] == 3
     compiler, flags, link_flags = build.compile_flags("cuda", "sm_90")
-    assert " ".join(manifest["host_compiler"]) in build.build_settings("cuda", compiler, flags, link_flags)
+    settings = build.build_settings("cuda", compiler, flags, link_flags, 3)
+    assert " ".join(manifest["host_compiler"]) in settings
+    assert " ".join([compiler, *flags, "-DGC_PART_KERNELS=2"]) in settings
+    header = open(artifact.source).readline() + open(artifact.source).readlines()[2]
+    assert header.count("-DGC_PART_KERNELS=") == 3
     source = open(artifact.source).read()
     abi = set(re.findall(r"^GC_EXPORT [^(\n]*?\b(gc_\w+)\(", source, re.M))
     assert {"gc_create", "gc_train_step", "gc_last_error", "gc_main"} <= abi

@@ -25,7 +25,8 @@ def run(args) -> int:
     compiler, flags, _ = compile_flags(target, args.arch, sanitize=args.sanitize)
     program = load_program(args.model, args.batch_size, parse_settings(args.set))
     compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
-                               build_command=build_command(part_commands(target, compiler, flags)), precision=args.precision)
+                               build_command=lambda parts: build_command(part_commands(target, compiler, flags, parts)),
+                               precision=args.precision)
     stages = [args.after] if args.after else ["fuse", "schedule", "plan_memory"]
     for stage in stages:
         print(f"==== after {stage} ====")

@@ -77,9 +77,75 @@ def share_epilogues(kernels) -> None:
             k.values["ep_defines"] = k.values["ep_type"] == f"{k.name}_ep"
 
 
-def emit(module, plan, kernels, target: str, build_command: str) -> str:
+# Kernels parts of a cuda build (build.part_commands): nvcc runs its steps one after another, and cicc's and
+# ptxas's work grows with the GEMM instantiations (docs/compiler.md, "Compile time"); several nvcc runs, each
+# on a share of the kernels, overlap. The count follows from the kernels, not from the machine, so that the
+# source and its build key are the same everywhere: a part per GEMMS_PER_PART estimated GEMM
+# instantiations, at most MAX_PARTS (each run also preprocesses, parses and host-compiles the whole runtime).
+MAX_PARTS = 4
+GEMMS_PER_PART = 3
+PART0_COST = 1.0   # part 0 also holds the steps and the runtime's kernels (gather, cursor, accuracy, probe)
+LIGHT_COST = 0.1   # a fused or gather kernel: one plain __global__ function
+
+
+def gemm_cost(kernels) -> float:
+    """Estimated cost of a set of kernels that must share a part, in GEMM instantiations: each distinct
+    gc_gemm<T, TA, TB, Tile, Ep> is one kernel template instantiation (two when A is the image input read in
+    place: gc_gemm_cuda.cuh instantiates the plain and the row-reading kernel), a classifier head about one."""
+    gemms = {}
+    cost = 0.0
+    for k in kernels:
+        v = k.values
+        if k.kind == "matmul":
+            key = (v["ctype"], v["trans_a"], v["trans_b"], v["tile"], v.get("ep_type"))
+            gemms[key] = max(gemms.get(key, 1), 2 if v["a"] == "*gc_batch_input()" else 1)
+        else:
+            cost += 1.0 if k.kind == "head" else LIGHT_COST
+    return cost + sum(gemms.values())
+
+
+def assign_parts(kernels, target: str) -> int:
+    """Share the kernels out to the cuda build's kernels parts (values["part"]); returns how many. A
+    template instantiation compiled in two parts would be two copies of one kernel (and twice the work), so
+    kernels that share a GEMM instantiation or an epilogue type (share_epilogues: defined by the first
+    kernel, used by the others) stay in one part; those units go, heaviest first, to the least loaded part."""
+    root = {}
+    def find(x):
+        while root.setdefault(x, x) != x:
+            x = root[x]
+        return x
+    for k in kernels:
+        v = k.values
+        keys = [("kernel", k.name)]
+        if v.get("ep_type"):
+            keys.append(("epilogue", v["ep_type"]))
+        if k.kind == "matmul":
+            keys.append(("gemm", v["ctype"], v["trans_a"], v["trans_b"], v["tile"], v.get("ep_type")))
+        for key in keys[1:]:
+            root[find(key)] = find(keys[0])
+    units = {}
+    for k in kernels:
+        units.setdefault(find(("kernel", k.name)), []).append(k)
+    total = sum(gemm_cost(u) for u in units.values())
+    parts = 1 if target != "cuda" else max(1, min(MAX_PARTS, round(total / GEMMS_PER_PART)))
+    load = [PART0_COST] + [0.0] * (parts - 1)
+    for unit in sorted(units.values(), key=gemm_cost, reverse=True):   # stable: ties keep source order
+        p = load.index(min(load))
+        load[p] += gemm_cost(unit)
+        for k in unit:
+            k.values["part"] = p
+    return parts
+
+
+def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
+    """The program's source and how many kernels parts it has (assign_parts). build_command: the compile
+    commands the header shows, or a function of the number of kernels parts that gives them."""
     env = environment()
-    share_epilogues([k for ks in kernels.values() for k in ks])   # in the order they are written
+    everything = [k for ks in kernels.values() for k in ks]
+    share_epilogues(everything)   # in the order they are written
+    parts = assign_parts(everything, target)
+    if callable(build_command):
+        build_command = build_command(parts)
     streams = {d: assign_streams(ks) if target == "cuda" else 1 for d, ks in kernels.items()}
     macros = {}
     for template in ("kernels_common.j2", f"kernels_{target}.j2"):
@@ -144,11 +210,11 @@ def emit(module, plan, kernels, target: str, build_command: str) -> str:
         "runtime_tail": runtime_parts(RUNTIME_TAIL),
         "arena_bytes": plan.arena_bytes, "persistent_bytes": plan.persistent_bytes,
         "lower_bound": plan.lower_bound, "naive_bytes": plan.naive_bytes, "layout": layout,
-        "kernels": [k for ks in kernels.values() for k in ks], "K": macros,
+        "kernels": everything, "parts": parts, "K": macros,
         "train": kernels.get("train", []), "eval": kernels.get("eval", []),
         "train_streams": streams.get("train", 1), "eval_streams": streams.get("eval", 1),
         "variables": variables, "train_inputs": train_inputs, "eval_inputs": eval_inputs,
         "eval_outputs": eval_outputs, "constants": constants, "defines": defines,
         "manifest_c_string": c_string(json.dumps(module.manifest, indent=1)),
     }
-    return env.get_template("program.j2").render(**context)
+    return env.get_template("program.j2").render(**context), parts
