@@ -37,6 +37,16 @@ def segments(outputs, plan=None) -> list[dict]:
     return [s for k in kernels if k.kind == "fused" for s in k.values["segments"]]
 
 
+def check_against_numpy(outputs, feeds, target, rtol, atol, executor=None) -> list:
+    """Run the outputs compiled for `target` (or on `executor`) and compare each with the numpy executor's;
+    the compiled results."""
+    want = gc.NumpyExecutor(outputs).run(feeds)
+    got = (executor or gc.Executor(outputs, target=target)).run(feeds)
+    for node, w, g in zip(outputs, want, got):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=node.describe())
+    return got
+
+
 def pointers(moves) -> list[str]:
     return [a["pointer"] for a in moves]
 
@@ -125,11 +135,7 @@ def test_vector_maps_compile_with_nvcc(tmp_path):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_vector_maps_match_numpy(target):
-    outputs, feeds = vector_maps()
-    want = gc.NumpyExecutor(outputs).run(feeds)
-    got = gc.Executor(outputs, target=target).run(feeds)
-    for node, w, g in zip(outputs, want, got):
-        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=node.describe())
+    check_against_numpy(*vector_maps(), target, rtol=1e-6, atol=1e-6)
 
 
 # --- rows kernels: every thread shape of threads() -------------------------------------------------------
@@ -175,11 +181,7 @@ def test_row_reductions_compile_with_nvcc(tmp_path):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_row_reductions_match_numpy(target):
-    outputs, feeds = row_reductions()
-    want = gc.NumpyExecutor(outputs).run(feeds)
-    got = gc.Executor(outputs, target=target).run(feeds)
-    for node, w, g in zip(outputs, want, got):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=node.describe())
+    check_against_numpy(*row_reductions(), target, rtol=1e-5, atol=1e-5)
 
 
 # --- the classifier head: a GEMM of <= 32 columns and the rows group reducing its rows, one kernel -------
@@ -248,10 +250,7 @@ def test_a_tf32_gemm_is_no_head():
 @pytest.mark.parametrize("target", TARGETS)
 def test_heads_match_numpy(target):
     outputs, feeds = heads()
-    want = gc.NumpyExecutor(outputs).run(feeds)
     executor = gc.Executor(outputs, target=target)
-    got = executor.run(feeds)
-    for node, w, g in zip(outputs, want, got):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=node.describe())
+    got = check_against_numpy(outputs, feeds, target, rtol=1e-4, atol=1e-5, executor=executor)
     for a, b in zip(got, executor.run(feeds)):          # the blocks' partials are summed in a fixed order
         assert a.tobytes() == b.tobytes()
