@@ -313,6 +313,36 @@ __device__ __forceinline__ void gc_gemm_origin(int M, int N, int& m0, int& n0) {
     n0 = local / rows * BN;
 }
 
+// What both kernels derive from the tile, the static shape and the launch: the sizes (the static ones where
+// the tile was specialized); EM / EN / EK: the tile divides that static dimension (K: times the split), so
+// its bounds checks compile out; va / vb: 16-byte loads of A / B, where their contiguous dimension (CA, CB)
+// allows them; the block's tile of C at (m0, n0), its matrix b of the batch, and its split s's slice
+// [k_begin, k_end) of K, ktiles steps of BK.
+template <typename T, bool TA, bool TB, class Tile>
+struct gc_gemm_block {
+    static constexpr int S = Tile::SPLIT, BK = Tile::BK, W = 16 / sizeof(T);
+    static constexpr bool EM = Tile::SM > 0 && Tile::SM % Tile::BM == 0;
+    static constexpr bool EN = Tile::SN > 0 && Tile::SN % Tile::BN == 0;
+    static constexpr bool EK = Tile::SK > 0 && Tile::SK % (BK * S) == 0;
+    static constexpr int CA = TA ? Tile::SM : Tile::SK, CB = TB ? Tile::SK : Tile::SN;   // contiguous dimensions
+    int M, N, K;
+    bool va, vb;
+    int m0, n0, b, s, k_begin, k_end, ktiles;
+
+    template <class Ep>
+    __device__ __forceinline__ explicit gc_gemm_block(const gc_gemm_params<T, Ep>& p)
+        : M(Tile::SM ? Tile::SM : p.M), N(Tile::SN ? Tile::SN : p.N), K(Tile::SK ? Tile::SK : p.K),
+          va((CA == 0 || CA % W == 0) && p.va), vb((CB == 0 || CB % W == 0) && p.vb) {
+        gc_gemm_origin<Tile::BM, Tile::BN>(M, N, m0, n0);
+        b = blockIdx.z / S;
+        s = blockIdx.z % S;
+        const int KS = ((K + S - 1) / S + BK - 1) / BK * BK;    // K per split, a multiple of BK
+        k_begin = s * KS;
+        k_end = min(K, k_begin + KS);
+        ktiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+    }
+};
+
 // RA: A is the image input read in place through row indices or from a uint8 source (p.rows, gc_rows) — a
 // program whose batch gather is fused into its GEMMs. A's stored rows are the batch's rows: M without TA
 // (x @ W), K with TA (x^T @ g). (A float source without indices, the library's input buffer, is a plain
@@ -343,21 +373,13 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     T* Bs = smem + 2 * BK * LDA;
     gc_wait_prior();
 
-    // What the static shape settles at compile time: dimensions the tile divides need no bounds checks,
-    // and a contiguous dimension that is no multiple of W rules out 16-byte loads.
-    constexpr bool EM = Tile::SM > 0 && Tile::SM % BM == 0;
-    constexpr bool EN = Tile::SN > 0 && Tile::SN % BN == 0;
-    constexpr bool EK = Tile::SK > 0 && Tile::SK % (BK * S) == 0;
-    constexpr int CA = TA ? Tile::SM : Tile::SK, CB = TB ? Tile::SK : Tile::SN;   // contiguous dimensions
-    const int M = Tile::SM ? Tile::SM : p.M, N = Tile::SN ? Tile::SN : p.N, K = Tile::SK ? Tile::SK : p.K;
-    const bool va = (CA == 0 || CA % W == 0) && p.va, vb = (CB == 0 || CB % W == 0) && p.vb;
-
-    int m0, n0;
-    gc_gemm_origin<BM, BN>(M, N, m0, n0);
-    const int b = blockIdx.z / S, s = blockIdx.z % S;
-    const int KS = ((K + S - 1) / S + BK - 1) / BK * BK;    // K per split, a multiple of BK
-    const int k_begin = s * KS, k_end = min(K, k_begin + KS);
-    const int ktiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+    // The static shape's bounds checks and vector loads, the block's tile of C and slice of K (gc_gemm_block).
+    typedef gc_gemm_block<T, TA, TB, Tile> Block;
+    constexpr bool EM = Block::EM, EN = Block::EN, EK = Block::EK;
+    const Block blk(p);
+    const int M = blk.M, N = blk.N, K = blk.K, m0 = blk.m0, n0 = blk.n0, b = blk.b;
+    const int k_begin = blk.k_begin, k_end = blk.k_end, ktiles = blk.ktiles;
+    const bool va = blk.va, vb = blk.vb;
     const T* __restrict__ A = p.A + b * p.sa;
     const T* __restrict__ B = p.B + b * p.sb;
     T* __restrict__ C = p.C + b * p.sc;
@@ -625,7 +647,7 @@ template <typename T, bool TA, bool TB, class Tile, class Ep>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
 gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
-    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS, W = 16 / sizeof(T);
+    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
     static_assert(!Tile::TF32 && ST >= 2, "gc_gemm: pipelined tiles are fp32, 2+ stages");
     static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
     static_assert(BM % TM == 0 && BN % TN == 0 && TM % 4 == 0 && TN % 4 == 0, "gc_gemm: tile sizes do not divide");
@@ -637,32 +659,23 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     T* smem = reinterpret_cast<T*>(gc_dynamic_smem);
     gc_wait_prior();
 
-    // As gc_gemm_kernel: the static shape's bounds checks compiled out, 16-byte copies where allowed.
-    constexpr bool EM = Tile::SM > 0 && Tile::SM % BM == 0;
-    constexpr bool EN = Tile::SN > 0 && Tile::SN % BN == 0;
-    constexpr bool EK = Tile::SK > 0 && Tile::SK % (BK * S) == 0;
-    constexpr int CA = TA ? Tile::SM : Tile::SK, CB = TB ? Tile::SK : Tile::SN;
-    const int M = Tile::SM ? Tile::SM : p.M, N = Tile::SN ? Tile::SN : p.N, K = Tile::SK ? Tile::SK : p.K;
-    const bool va = (CA == 0 || CA % W == 0) && p.va, vb = (CB == 0 || CB % W == 0) && p.vb;
-    int m0, n0;
-    gc_gemm_origin<BM, BN>(M, N, m0, n0);
-    const int b = blockIdx.z / S, s = blockIdx.z % S;
-    const int KS = ((K + S - 1) / S + BK - 1) / BK * BK;    // K per split, a multiple of BK
-    const int k_begin = s * KS, k_end = min(K, k_begin + KS);
-    const int ktiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
-    const T* __restrict__ A = p.A + b * p.sa;
-    const T* __restrict__ B = p.B + b * p.sb;
-    T* __restrict__ C = p.C + b * p.sc;
+    // As gc_gemm_kernel's (gc_gemm_block g): bounds checks the static shape rules out compiled away, 16-byte
+    // copies where allowed, the block's tile of C and slice of K.
+    typedef gc_gemm_block<T, TA, TB, Tile> Block;
+    const Block g(p);
+    const T* __restrict__ A = p.A + g.b * p.sa;
+    const T* __restrict__ B = p.B + g.b * p.sb;
+    T* __restrict__ C = p.C + g.b * p.sc;
 
     // A's steps are (BK x BM) of A stored transposed (TA) or (BM x BK) of A; B's likewise.
-    typedef gc_pipe_operand<T, BK, BM, LDA, THREADS, TA, !EK, !EM> OperandA;
-    typedef gc_pipe_operand<T, BK, BN, LDB, THREADS, !TB, !EK, !EN> OperandB;
-    const OperandA oa(A + (TA ? m0 : (size_t)m0 * K), TA ? M : K, M - m0, va);
-    const OperandB ob(B + (TB ? (size_t)n0 * K : n0), TB ? K : N, N - n0, vb);
+    typedef gc_pipe_operand<T, BK, BM, LDA, THREADS, TA, !Block::EK, !Block::EM> OperandA;
+    typedef gc_pipe_operand<T, BK, BN, LDB, THREADS, !TB, !Block::EK, !Block::EN> OperandB;
+    const OperandA oa(A + (TA ? g.m0 : (size_t)g.m0 * g.K), TA ? g.M : g.K, g.M - g.m0, g.va);
+    const OperandB ob(B + (TB ? (size_t)g.n0 * g.K : g.n0), TB ? g.K : g.N, g.N - g.n0, g.vb);
     auto load = [&](int buf, int kt) {   // K step kt into buffer buf
-        const int k0 = k_begin + kt * BK;
-        oa.copy(smem + buf * STAGE, k0, k_end - k0);
-        ob.copy(smem + buf * STAGE + BK * LDA, k0, k_end - k0);
+        const int k0 = g.k_begin + kt * BK;
+        oa.copy(smem + buf * STAGE, k0, g.k_end - k0);
+        ob.copy(smem + buf * STAGE + BK * LDA, k0, g.k_end - k0);
     };
 
     // Thread (ty, tx) owns rows g * 4 * MT + 4 * ty + r and columns g * 4 * NT + 4 * tx + r (r < 4), as in
@@ -684,14 +697,14 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     // newest ST - 2 groups) and every thread has read its last fragments of step kt (the barrier), step
     // kt + ST goes into kt's buffer.
     for (int s = 0; s < ST; s++) {
-        if (s < ktiles) load(s, s);
+        if (s < g.ktiles) load(s, s);
         gc_cp_commit();
     }
     gc_cp_wait<ST - 1>();
     __syncthreads();
     fragments(smem, 0, a[0], bv[0]);
     int cur = 0;
-    for (int kt = 0; kt < ktiles; kt++) {
+    for (int kt = 0; kt < g.ktiles; kt++) {
         const int next = cur + 1 == ST ? 0 : cur + 1;
 #pragma unroll
         for (int k = 0; k < BK; k++) {
@@ -700,7 +713,7 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
             } else {
                 gc_cp_wait<ST - 2>();
                 __syncthreads();
-                if (kt + ST < ktiles) load(cur, kt + ST);
+                if (kt + ST < g.ktiles) load(cur, kt + ST);
                 gc_cp_commit();
                 fragments(smem + next * STAGE, 0, a[(k + 1) % 2], bv[(k + 1) % 2]);   // past the end: unused
             }
@@ -719,15 +732,20 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
             for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
     };
     if constexpr (S == 1) {
-        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<4, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, v); });
-        for_runs([&](int row, int col, T* v) { gc_gemm_store<4, !EM, !EN>(C, m0 + row, n0 + col, M, N, v, p.vc); });
+        for_runs([&](int row, int col, T* v) {
+            gc_gemm_epilogue<4, !Block::EM, !Block::EN>(p.ep, g.b, g.m0 + row, g.n0 + col, g.M, g.N, v);
+        });
+        for_runs([&](int row, int col, T* v) {
+            gc_gemm_store<4, !Block::EM, !Block::EN>(C, g.m0 + row, g.n0 + col, g.M, g.N, v, p.vc);
+        });
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
         __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
 #else
         __syncthreads();   // every warp is past its last reads of the buffers
         for_runs([&](int row, int col, T* v) { gc_st_run<4>(smem + row * BN + col, v); });
-        gc_gemm_split_reduce<BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc);
+        gc_gemm_split_reduce<BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C,
+                                                                         p.vc);
 #endif
     }
 }
