@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import jinja2
+import networkx as nx
 import numpy as np
 
 from .. import __version__
@@ -88,17 +89,22 @@ PART0_COST = 1.0   # part 0 also holds the steps and the runtime's kernels (gath
 LIGHT_COST = 0.1   # a fused or gather kernel: one plain __global__ function
 
 
+def gemm_instance(values: dict) -> tuple:
+    """A GEMM kernel's gc_gemm<T, TA, TB, Tile, Ep>: kernels with the same one share its template instantiation."""
+    return (values["ctype"], values["trans_a"], values["trans_b"], values["tile"], values.get("ep_type"))
+
+
 def gemm_cost(kernels) -> float:
     """Estimated cost of a set of kernels that must share a part, in GEMM instantiations: each distinct
-    gc_gemm<T, TA, TB, Tile, Ep> is one kernel template instantiation (two when A is the image input read in
-    place: gc_gemm_cuda.cuh instantiates the plain and the row-reading kernel), a classifier head about one."""
+    gemm_instance is one kernel template instantiation (two when A is the image input read in place:
+    gc_gemm_cuda.cuh instantiates the plain and the row-reading kernel), a classifier head about one."""
     gemms = {}
     cost = 0.0
     for k in kernels:
         v = k.values
         if k.kind == "matmul":
-            key = (v["ctype"], v["trans_a"], v["trans_b"], v["tile"], v.get("ep_type"))
-            gemms[key] = max(gemms.get(key, 1), 2 if v["a"] == "*gc_batch_input()" else 1)
+            key = gemm_instance(v)
+            gemms[key] = max(gemms.get(key, 1), 2 if v["rows"] else 1)
         else:
             cost += 1.0 if k.kind == "head" else LIGHT_COST
     return cost + sum(gemms.values())
@@ -109,23 +115,17 @@ def assign_parts(kernels, target: str) -> int:
     template instantiation compiled in two parts would be two copies of one kernel (and twice the work), so
     kernels that share a GEMM instantiation or an epilogue type (share_epilogues: defined by the first
     kernel, used by the others) stay in one part; those units go, heaviest first, to the least loaded part."""
-    root = {}
-    def find(x):
-        while root.setdefault(x, x) != x:
-            x = root[x]
-        return x
+    shared = nx.Graph()   # a kernel and what it shares: its epilogue type, its GEMM instantiation
     for k in kernels:
-        v = k.values
-        keys = [("kernel", k.name)]
-        if v.get("ep_type"):
-            keys.append(("epilogue", v["ep_type"]))
+        shared.add_node(("kernel", k.name))
+        if k.values.get("ep_type"):
+            shared.add_edge(("kernel", k.name), ("epilogue", k.values["ep_type"]))
         if k.kind == "matmul":
-            keys.append(("gemm", v["ctype"], v["trans_a"], v["trans_b"], v["tile"], v.get("ep_type")))
-        for key in keys[1:]:
-            root[find(key)] = find(keys[0])
-    units = {}
+            shared.add_edge(("kernel", k.name), ("gemm", gemm_instance(k.values)))
+    unit_of = {n: i for i, component in enumerate(nx.connected_components(shared)) for n in component}
+    units = {}   # in the order of their first kernel
     for k in kernels:
-        units.setdefault(find(("kernel", k.name)), []).append(k)
+        units.setdefault(unit_of[("kernel", k.name)], []).append(k)
     total = sum(gemm_cost(u) for u in units.values())
     parts = 1 if target != "cuda" else max(1, min(MAX_PARTS, round(total / GEMMS_PER_PART)))
     load = [PART0_COST] + [0.0] * (parts - 1)

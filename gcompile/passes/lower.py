@@ -169,6 +169,11 @@ class Lowering:
                 out.add((b.offset, b.offset + b.size))
         return sorted(out)
 
+    def read_in_place(self, node: Node) -> bool:
+        """Whether node is the image input read in place (plan_memory.batch_rows): it has no values in the
+        arena, and only gc_gemm's row loader (its A operand, gc_rows) can read it."""
+        return not is_literal(storage_root(node)) and self.plan.buffer_of(node, self.direction).rows
+
     def head(self, first: Node, second: Node, index: int) -> Kernel | None:
         """A fused classifier head, or None: the GEMM group `first` computes C (M x N, N <= 32: the logits plus
         their epilogue) and the rows group `second`, next in the schedule, reduces C's rows (softmax cross-
@@ -190,8 +195,8 @@ class Lowering:
             c, what = code.target(stored), gemm.describe()
         else:
             return None
-        if any(not is_literal(storage_root(x)) and self.plan.buffer_of(x, self.direction).rows for x in operands):
-            return None   # the image input read in place (plan_memory.batch_rows): only gc_gemm's row loader reads it
+        if any(self.read_in_place(x) for x in operands):
+            return None   # only gc_gemm's row loader reads it
         m, n = matmul.shape[-2:]
         k = operands[0].shape[-2] if matmul.attrs["trans_a"] else operands[0].shape[-1]
         if matmul.ndim != 2 or n > 32 or k > HEAD_MAX_K or m > HEAD_ROWS * 8192 or \
@@ -233,9 +238,9 @@ class Lowering:
         batch = node.shape[0] if node.ndim == 3 else 1
         # a stack's matrices follow each other; a shared matrix (2-D, or a stack of one) has stride 0
         sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
-        # the image input read in place (plan_memory.batch_rows): A is the steps' batch input (gc_rows)
-        rows = not is_literal(storage_root(a)) and self.plan.buffer_of(a, self.direction).rows
-        return {"a": "*gc_batch_input()" if rows else self.pointer(a), "b": self.pointer(b), "c": c,
+        # rows: A is the image input read in place, the steps' batch input (gc_rows)
+        rows = self.read_in_place(a)
+        return {"a": "*gc_batch_input()" if rows else self.pointer(a), "rows": rows, "b": self.pointer(b), "c": c,
                 "m": m, "n": n, "k": k,
                 "trans_a": int(ta), "trans_b": int(tb), "ctype": C_TYPES[node.dtype],
                 "tile": choose_tile(m, n, k, ta, tb, self.precision if node.dtype == "float32" else "fp32", batch,
