@@ -156,6 +156,12 @@ def build_command(parts: list[list[str]]) -> str:
     return " & ".join(" ".join(p) for p in parts)
 
 
+def header_commands(target: str, compiler: str, flags: list[str]):
+    """What compile_program takes as its build_command: the header's commands for a number of kernels parts
+    (known once emit has shared the kernels out)."""
+    return lambda kernel_parts: build_command(part_commands(target, compiler, flags, kernel_parts))
+
+
 def build_settings(target: str, compiler: str, flags: list[str], link_flags: list[str],
                    kernel_parts: int = 1) -> list[str]:
     """Every command of a build and every compiler's version: what the build caches are keyed by. (The

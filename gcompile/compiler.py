@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from .build import Artifact, build, build_command, build_settings, cached_artifact, compile_flags, part_commands
+from .build import Artifact, build, build_settings, cached_artifact, compile_flags, header_commands
 from .errors import GCompileError
 from .executor import NumpyExecutor
 from .gemm_tiles import check_precision
@@ -40,7 +40,7 @@ def compile(program, target: str = "cuda", out_dir=None, name: str | None = None
         return artifact
     from .pipeline import compile_program  # the passes load networkx and jinja2: only when compiling
     compiled = compile_program(program, target, name, source, precision=precision,
-                               build_command=lambda parts: build_command(part_commands(target, compiler, flags, parts)))
+                               build_command=header_commands(target, compiler, flags))
     return build(compiled, out_dir, arch, cudart, program_key=key, sanitize=sanitize)
 
 

@@ -1,7 +1,7 @@
 """gcompile inspect MODEL.py [--after PASS]: the IR after a pass, the schedule, the memory plan."""
 from __future__ import annotations
 
-from ..build import build_command, compile_flags, part_commands
+from ..build import compile_flags, header_commands
 from ..errors import GCompileError
 from .model_file import add_model_arguments, default_target, load_program, parse_settings
 
@@ -25,7 +25,7 @@ def run(args) -> int:
     compiler, flags, _ = compile_flags(target, args.arch, sanitize=args.sanitize)
     program = load_program(args.model, args.batch_size, parse_settings(args.set))
     compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
-                               build_command=lambda parts: build_command(part_commands(target, compiler, flags, parts)),
+                               build_command=header_commands(target, compiler, flags),
                                precision=args.precision)
     stages = [args.after] if args.after else ["fuse", "schedule", "plan_memory"]
     for stage in stages:
