@@ -207,13 +207,13 @@ struct gc_gemm_stage {
         });
     }
 
-    // What load_rows loaded: uint8 runs become u8 * scale (in float, as the trainer's gather computes them).
+    // What load_rows loaded: uint8 runs become gc_pixel(u8, scale), as the trainer's gather converts them.
     template <bool TRANSPOSED, bool TF32>
     __device__ __forceinline__ void store_rows(T* s, int lds, bool u8, float scale) {
         store_with<TRANSPOSED, TF32>(s, lds, [&](const T* in, T* out) {
             const uint32_t q = __float_as_uint(in[0]);
 #pragma unroll
-            for (int j = 0; j < W; j++) out[j] = u8 ? (float)((q >> (8 * j)) & 0xff) * scale : in[j];
+            for (int j = 0; j < W; j++) out[j] = u8 ? gc_pixel((q >> (8 * j)) & 0xff, scale) : in[j];
         });
     }
 };

@@ -22,7 +22,7 @@ struct gc_cpu_rows {
     long long ld;
     double operator()(int, size_t r, size_t c) const {
         const long long at = (long long)(rows.index ? rows.index[r] : r) * ld + (long long)c;
-        return rows.u8 ? (double)((float)((const uint8_t*)rows.source)[at] * rows.scale)
+        return rows.u8 ? (double)gc_pixel(((const uint8_t*)rows.source)[at], rows.scale)
                        : (double)((const float*)rows.source)[at];
     }
 };
@@ -88,7 +88,7 @@ static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* 
         const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
         const IMG* in = images + (int64_t)src * row;
         float* out = x + (int64_t)b * row;
-        for (int e = 0; e < row; e++) out[e] = sizeof(IMG) == 1 ? (float)in[e] * scale : (float)in[e];
+        for (int e = 0; e < row; e++) out[e] = sizeof(IMG) == 1 ? gc_pixel((unsigned)in[e], scale) : (float)in[e];
         y[b] = labels[src];
     }
     if (sums) {

@@ -132,17 +132,18 @@ __global__ void gc_gather_kernel(const IMG* __restrict__ images, const int32_t* 
     float* out = x + (int64_t)b * row;
     for (int e = threadIdx.x * V; e < row; e += blockDim.x * V) {
         float v[V];
-        if (V == 4 && sizeof(IMG) == 1) {
+        if constexpr (V == 4 && sizeof(IMG) == 1) {
             uchar4 u = *(const uchar4*)(in + e);
-            v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
-        } else if (V == 4) {
+            v[0] = gc_pixel(u.x, scale); v[1] = gc_pixel(u.y, scale);
+            v[2] = gc_pixel(u.z, scale); v[3] = gc_pixel(u.w, scale);
+        } else if constexpr (V == 4) {
             float4 f = *(const float4*)(in + e);
             v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+        } else if constexpr (sizeof(IMG) == 1) {
+            v[0] = gc_pixel(in[e], scale);
         } else {
             v[0] = (float)in[e];
         }
-#pragma unroll
-        for (int i = 0; i < V; i++) v[i] = sizeof(IMG) == 1 ? v[i] * scale : v[i];
         if (V == 4) *(float4*)(out + e) = make_float4(v[0], v[1], v[2], v[3]);
         else out[e] = v[0];
     }

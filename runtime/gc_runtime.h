@@ -425,6 +425,10 @@ typedef struct {
     int32_t u8;               // 1: uint8 source, 0: float32
 } gc_rows;
 
+// A uint8 image value as the steps see it: (float)u * scale, in float. The trainer's gather and the GEMMs'
+// row loaders (both targets) convert with it, so that rows read in place are the values a gather gives.
+GC_HD static inline float gc_pixel(unsigned u, float scale) { return (float)u * scale; }
+
 #if GC_KERNELS0
 GC_SHARED gc_rows* gc_batch_input(void) {
     static thread_local gc_rows now = {NULL, NULL, 1, 0};
