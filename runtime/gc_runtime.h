@@ -199,7 +199,7 @@ template <typename... Params, typename... Args>
 static int gc_launch_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaLaunchAttribute* extra,
                           int n_extra, Args... args) {
     cudaLaunchAttribute attrs[4];
-    if (n_extra > 3) return gc_fail(GC_ERR_ARG, "gc_launch_ex: %d extra launch attributes, at most 3", n_extra);
+    if (n_extra > 3) return gc_fail(GC_ERR_ARG, "gc_launch_smem: %d extra launch attributes, at most 3", n_extra);
     int n = 0;
     for (int i = 0; i < n_extra; i++) attrs[n++] = extra[i];
     if (gc_pdl_supported()) {
