@@ -94,10 +94,11 @@ struct gc_row_input {
 // Rows row0 .. row0 + R - 1 of C = ep(A @ op(B)) (M x N, K), by the block: each of G groups of threads sums a
 // share of K, the groups' sums are added in group order (shared memory), the epilogue applied and C stored.
 // N <= 32: a warp per row and K share, lane l summing k = l, l + 32, ... of it for every column, the lanes
-// added by a fixed shuffle tree (G = 8 / R warps per row; R >= 8: a warp per row, rows in turn). N > 32:
-// thread c of a group owns column c (and c + NC, ...: NC = N rounded up to warps, at most GC_BLOCK) for the
-// R rows, A's elements read alike by the warp, B's rows coalesced; G = GC_BLOCK / NC groups each take a
-// contiguous share of K. Every sum has a fixed order: results are the same run to run.
+// added by a fixed shuffle tree (G = 8 / R warps per row; R >= 8: a warp per row, rows in turn). N > 32: A's
+// rows are staged in shared memory (read alike by a warp), thread c of a group owns the R rows of a few
+// columns: 4 neighbouring ones, B's rows read as 16-byte vectors (B is K x N), or one, B's rows read 4 k at a
+// time (TB); G = GC_BLOCK / (threads a row's columns take), fewer where the partials would pass 16 KB.
+// Every sum has a fixed order: results are the same run to run.
 template <typename T, bool TB, int M, int N, int K, int R, typename AL, typename Ep>
 __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0) {
     constexpr int WARPS = GC_BLOCK / 32;
@@ -142,36 +143,68 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
             }
         }
     } else {
-        constexpr int NC = (N + 31) / 32 * 32 < GC_BLOCK ? (N + 31) / 32 * 32 : GC_BLOCK;
-        constexpr int G = GC_BLOCK / NC, KG = (K + G - 1) / G;
-        __shared__ T partial[G > 1 ? G * R * NC : 1];
+        // A's rows in shared memory (every thread reads all of them), when they are short
+        constexpr bool STAGE = R * K <= 2048;
+        __shared__ T arow[STAGE ? R * K : 1];
+        if constexpr (STAGE) {
+            for (int t = threadIdx.x; t < R * K; t += GC_BLOCK) arow[t] = a(min(row0 + t / K, M - 1), t % K);
+            __syncthreads();
+        }
+        auto at = [&](int r, int k) -> T { return STAGE ? arow[r * K + k] : a(min(row0 + r, M - 1), k); };
+        // B moves in vectors of V along its contiguous dimension: columns (B is K x N) or k (B is N x K, TB)
+        constexpr int V = (TB ? K : N) % 4 == 0 ? 4 : 1;
+        constexpr int NV = TB ? N : (N + V - 1) / V;                 // a thread's column (vector)s
+        constexpr int NC = (NV + 31) / 32 * 32 < GC_BLOCK ? (NV + 31) / 32 * 32 : GC_BLOCK;
+        constexpr int GT = GC_BLOCK / NC, GS = 4096 / (R * N) > 1 ? 4096 / (R * N) : 1;
+        constexpr int G = GT < GS ? GT : GS;                         // K groups (their partials: <= 16 KB)
+        constexpr int KG = ((K + G - 1) / G + V - 1) / V * V;        // a group's share of K (TB: whole vectors)
+        __shared__ T partial[G > 1 ? G * R * N : 1];
         const int c = threadIdx.x % NC, g = threadIdx.x / NC;
+        const int k0 = g * KG, k1 = min(K, k0 + KG);
         if (g < G) {
-            for (int n = c; n < (N + NC - 1) / NC * NC; n += NC) {
-                const int nn = min(n, N - 1);   // columns past N: computed again, not stored
-                T acc[R];
+            for (int cv = c; cv < (NV + NC - 1) / NC * NC; cv += NC) {
+                const int j = min(cv, NV - 1);   // (vectors past the last: computed again, not stored)
+                constexpr int W = TB ? 1 : V;      // columns per thread
+                T acc[R][W];
 #pragma unroll
-                for (int r = 0; r < R; r++) acc[r] = 0;
-                const int k1 = min(K, (g + 1) * KG);
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int w = 0; w < W; w++) acc[r][w] = 0;
 #pragma unroll 4
-                for (int k = g * KG; k < k1; k++) {
-                    const T b = TB ? B[(int64_t)nn * K + k] : B[(int64_t)k * N + nn];
+                for (int k = k0; k < k1; k += TB ? V : 1) {
+                    const gc_vec<T, V> b = TB ? *(const gc_vec<T, V>*)(B + (int64_t)j * K + k)
+                                              : *(const gc_vec<T, V>*)(B + (int64_t)k * N + j * V);
 #pragma unroll
-                    for (int r = 0; r < R; r++) acc[r] += a(min(row0 + r, M - 1), k) * b;
+                    for (int r = 0; r < R; r++) {
+                        if constexpr (TB) {
+#pragma unroll
+                            for (int v = 0; v < V; v++) acc[r][0] += at(r, k + v) * b.v[v];
+                        } else {
+                            const T x = at(r, k);
+#pragma unroll
+                            for (int w = 0; w < W; w++) acc[r][w] += x * b.v[w];
+                        }
+                    }
                 }
+                if (cv < NV) {
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (G > 1) partial[(g * R + r) * NC + c] = acc[r];
-                    else if (n < N && row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, acc[r]);
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int w = 0; w < W; w++) {
+                            const int n = j * W + w;
+                            if (n >= N) continue;
+                            if (G > 1) partial[(g * R + r) * N + n] = acc[r][w];
+                            else if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, acc[r][w]);
+                        }
                 }
             }
         }
-        if constexpr (G > 1) {   // G > 1: N <= NC, one column each
+        if constexpr (G > 1) {
             __syncthreads();
             for (int t = threadIdx.x; t < R * N; t += GC_BLOCK) {
                 const int r = t / N, n = t % N;
                 T v = 0;
-                for (int h = 0; h < G; h++) v += partial[(h * R + r) * NC + n];
+                for (int h = 0; h < G; h++) v += partial[(h * R + r) * N + n];
                 if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, v);
             }
         }

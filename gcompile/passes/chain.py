@@ -7,7 +7,8 @@ the stages on them one after another (lower.py's Lowering.chain, the row GEMM gc
 synchronization between stages: one launch instead of one per stage, and the values stay in L1/L2.
 
 Here, on nodes, after schedule: stages are taken greedily from a kernel that can start a chain; kernels in
-between that are no stage and that no later stage depends on are moved after the chain (in their order),
+between that do not join it (at most CHAIN_WINDOW) and that no later stage depends on are moved after the
+chain (in their order),
 so the chain's stages become consecutive in the schedule. plan_memory then keeps every buffer a chain
 reads or writes live over the whole chain (the blocks run the stages at different times: no stage may
 reuse bytes another stage touches). lower checks the same rules on the arena's bytes again and lowers the
@@ -21,11 +22,7 @@ from .plan_memory import NO_KERNEL, storage_root, step_writes
 # The most elements a stage's B may have: every block reads all of B (from L2), so a chain's GEMMs are small
 # ones (the MLP's W2 has 25,600, logistic regression's W 7,840; its W1, 200,704, stays a tiled GEMM).
 CHAIN_MAX_B = 32768
-# The most columns a stage's C may have. gc_row_gemm has a form for N > 32 (a thread per column), but on an
-# H100 the MLP's chain h2 -> logits -> softmax -> dh2 -> dh1 with it was slower than the tiled GEMMs: step
-# 30.5 -> 32.9 us at batch 128 (36.0 with 4 rows a block), 64.2 -> 81.5 at 1000; logits + softmax alone
-# (N = 10) gain (logistic regression at batch 128: 11.8 -> 10.3 us).
-CHAIN_MAX_N = 32
+CHAIN_WINDOW = 8    # the most kernels moved after a chain: the search for its next stage ends there
 
 
 def gemm_of(node: Node):
@@ -41,13 +38,12 @@ def gemm_of(node: Node):
 
 def rows_of(node: Node) -> int | None:
     """The rows M of a step that can be a chain's stage, or None: a 2-D float32 GEMM reading A at its own
-    rows, B of at most CHAIN_MAX_B elements, at most CHAIN_MAX_N columns, without assigns; or a rows group over (M, n) reducing axis 1."""
+    rows, B of at most CHAIN_MAX_B elements, without assigns; or a rows group over (M, n) reducing axis 1."""
     gemm = gemm_of(node)
     if gemm is not None:
         matmul = gemm[0]
         group = node.attrs["group"] if node.op == "fused" else None
         if matmul.ndim != 2 or matmul.dtype != "float32" or matmul.attrs["trans_a"] or gemm[2].size > CHAIN_MAX_B \
-                or matmul.shape[1] > CHAIN_MAX_N \
                 or (group and group.assigns):
             return None
         return matmul.shape[0]
@@ -131,8 +127,8 @@ def find_chains(order: list[Node]) -> tuple[list[Node], list[list[Node]]]:
             if not depends and rows_of(node) == m and joins(stages, node):
                 stages.append(node)
                 continue
-            if rows_of(node) is not None and not depends:
-                break                                       # a stage that does not fit ends the chain
+            if node.op not in NO_KERNEL and sum(n.op not in NO_KERNEL for n in deferred) == CHAIN_WINDOW:
+                break
             deferred.append(node)
             outputs.update(storage_root(w) for w in step_writes(node) + [node])
         if len(stages) < 2 or all(gemm_of(s) is None for s in stages):   # rows groups alone: fuse.py's
