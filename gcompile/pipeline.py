@@ -18,6 +18,7 @@ from .passes.emit import emit
 from .passes.fuse import describe_groups, fuse
 from .passes.lower import Kernel, lower
 from .passes.plan_memory import MemoryPlan, check_plan, plan_memory
+from .passes.chain import find_chains
 from .passes.schedule import schedule
 from .passes.simplify import simplify
 from .passes.trace import Module, trace
@@ -66,12 +67,14 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     fused_text = graphs_text(module.graphs) + "\n-- groups\n"
     stages["fuse"] = fused_text + describe_groups(groups)
 
-    schedules = {g: schedule(outputs) for g, outputs in module.graphs.items()}
+    schedules, chains = {}, {}
+    for g, outputs in module.graphs.items():
+        schedules[g], chains[g] = find_chains(schedule(outputs))
     stages["schedule"] = "\n".join(f"-- {g}\n{format_graph(outputs, order=schedules[g])}"
                                    for g, outputs in module.graphs.items())
 
     persistent = list(module.outputs.values()) + ([module.loss] if module.loss is not None else [])
-    plan = plan_memory(schedules, persistent, module.trainer["x"] if module.trainer else None)
+    plan = plan_memory(schedules, persistent, module.trainer["x"] if module.trainer else None, chains)
     check_plan(plan)
     stages["plan_memory"] = plan.format()
 

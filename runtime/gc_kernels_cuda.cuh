@@ -40,7 +40,7 @@ __device__ T gc_block_reduce(T v, T* shared) {
     return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, shared);
 }
 
-// ---- a reduction over several blocks, and the fused classifier head ------------------------------------
+// ---- a reduction over several blocks ------------------------------------
 // A rows kernel whose slices feed a global reduction (the batch-mean loss) runs on several blocks: each block
 // reduces its slices, thread 0 stores the block's partials, and the last block to arrive sums them in block
 // order and finishes the kernel. `ticket` is an int of the arena's workspace (zero when the arena is made);
@@ -72,35 +72,142 @@ __device__ T gc_reduce_partials(const T* partials, int blocks, T init, void* scr
     return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, scratch);
 }
 
-// The GEMM of a fused classifier head (lower.py): rows row0 .. row0 + rows - 1 of C = ep(op(A) @ op(B)) for
-// a C of N <= 32 columns, a warp per row: lane l sums k = l, l + 32, ... for every column, the warp adds its
-// lanes in a fixed tree (shuffles), and lane n applies the epilogue to column n and stores it. The rows
-// segment of the same kernel then reads the block's rows of C (after a __syncthreads).
-template <typename T, bool TA, bool TB, int M, int N, int K, typename Ep>
-__device__ void gc_head_rows(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, Ep ep,
-                             int row0, int rows) {
-    static_assert(N <= 32, "a head's row is one warp's columns");
-    const int lane = threadIdx.x % 32;
-    for (int m = row0 + (int)threadIdx.x / 32; m < row0 + rows && m < M; m += GC_BLOCK / 32) {
-        T acc[N];
+// ---- a chain's GEMM stage (lower.py's chain) -------------------------------------------------------------
+// Row m of A as a chain's GEMM reads it: a plain matrix of K columns (written by an earlier kernel, or by an
+// earlier stage of the same kernel: plain loads, no read-only cache), or the image input read in place
+// (gc_rows: row index[m] of the source, uint8 converted as the trainer's gather does).
+template <typename T>
+struct gc_row_matrix {
+    const T* p;
+    int k;
+    __device__ T operator()(int m, int c) const { return p[(int64_t)m * k + c]; }
+};
+struct gc_row_input {
+    gc_rows rows;
+    int k;
+    __device__ float operator()(int m, int c) const {
+        const int64_t at = (int64_t)(rows.index ? rows.index[m] : (uint32_t)m) * k + c;
+        return rows.u8 ? gc_pixel(((const uint8_t*)rows.source)[at], rows.scale) : ((const float*)rows.source)[at];
+    }
+};
+
+// Rows row0 .. row0 + R - 1 of C = ep(A @ op(B)) (M x N, K), by the block: each of G groups of threads sums a
+// share of K, the groups' sums are added in group order (shared memory), the epilogue applied and C stored.
+// N <= 32: a warp per row and K share, lane l summing k = l, l + 32, ... of it for every column, the lanes
+// added by a fixed shuffle tree (G = 8 / R warps per row; R >= 8: a warp per row, rows in turn). N > 32: A's
+// rows are staged in shared memory (read alike by a warp), thread c of a group owns the R rows of a few
+// columns: 4 neighbouring ones, B's rows read as 16-byte vectors (B is K x N), or one, B's rows read 4 k at a
+// time (TB); G = GC_BLOCK / (threads a row's columns take), fewer where the partials would pass 16 KB.
+// Every sum has a fixed order: results are the same run to run.
+template <typename T, bool TB, int M, int N, int K, int R, typename AL, typename Ep>
+__device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0) {
+    constexpr int WARPS = GC_BLOCK / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if constexpr (N <= 32) {
+        constexpr int G = R >= WARPS ? 1 : WARPS / R;
+        __shared__ T partial[G > 1 ? G * R * 32 : 1];
+        const int g = G > 1 ? warp / R : 0;
+        for (int r = G > 1 ? warp % R : warp; r < R; r += G > 1 ? R : WARPS) {
+            const int m = min(row0 + r, M - 1);   // rows past M: computed again, not stored
+            T acc[N];
 #pragma unroll
-        for (int n = 0; n < N; n++) acc[n] = 0;
+            for (int n = 0; n < N; n++) acc[n] = 0;
 #pragma unroll 4
-        for (int k = lane; k < K; k += 32) {
-            const T a = TA ? A[(int64_t)k * M + m] : A[(int64_t)m * K + k];
+            for (int k = g * 32 + lane; k < K; k += 32 * G) {
+                const T x = a(m, k);
 #pragma unroll
-            for (int n = 0; n < N; n++) acc[n] += a * (TB ? B[(int64_t)n * K + k] : B[(int64_t)k * N + n]);
+                for (int n = 0; n < N; n++) acc[n] += x * (TB ? B[(int64_t)n * K + k] : B[(int64_t)k * N + n]);
+            }
+            T mine = 0;
+#pragma unroll
+            for (int n = 0; n < N; n++) {
+                T v = acc[n];
+#pragma unroll
+                for (int h = 16; h > 0; h >>= 1) v += __shfl_down_sync(0xffffffffu, v, h);
+                v = __shfl_sync(0xffffffffu, v, 0);
+                if (lane == n) mine = v;
+            }
+            if (G > 1) {
+                if (lane < N) partial[(g * R + r) * 32 + lane] = mine;
+            } else if (lane < N && row0 + r < M) {
+                C[(int64_t)(row0 + r) * N + lane] = ep(0, row0 + r, lane, mine);
+            }
         }
-        T mine = 0;
-#pragma unroll
-        for (int n = 0; n < N; n++) {
-            T v = acc[n];
-#pragma unroll
-            for (int h = 16; h > 0; h >>= 1) v += __shfl_down_sync(0xffffffffu, v, h);
-            v = __shfl_sync(0xffffffffu, v, 0);
-            if (lane == n) mine = v;
+        if constexpr (G > 1) {
+            __syncthreads();
+            for (int t = threadIdx.x; t < R * N; t += GC_BLOCK) {
+                const int r = t / N, n = t % N;
+                T v = 0;
+                for (int h = 0; h < G; h++) v += partial[(h * R + r) * 32 + n];
+                if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, v);
+            }
         }
-        if (lane < N) C[(int64_t)m * N + lane] = ep(0, m, lane, mine);
+    } else {
+        // A's rows in shared memory (every thread reads all of them), when they are short
+        constexpr bool STAGE = R * K <= 2048;
+        __shared__ T arow[STAGE ? R * K : 1];
+        if constexpr (STAGE) {
+            for (int t = threadIdx.x; t < R * K; t += GC_BLOCK) arow[t] = a(min(row0 + t / K, M - 1), t % K);
+            __syncthreads();
+        }
+        auto at = [&](int r, int k) -> T { return STAGE ? arow[r * K + k] : a(min(row0 + r, M - 1), k); };
+        // B moves in vectors of V along its contiguous dimension: columns (B is K x N) or k (B is N x K, TB)
+        constexpr int V = (TB ? K : N) % 4 == 0 ? 4 : 1;
+        constexpr int NV = TB ? N : (N + V - 1) / V;                 // a thread's column (vector)s
+        constexpr int NC = (NV + 31) / 32 * 32 < GC_BLOCK ? (NV + 31) / 32 * 32 : GC_BLOCK;
+        constexpr int GT = GC_BLOCK / NC, GS = 4096 / (R * N) > 1 ? 4096 / (R * N) : 1;
+        constexpr int G = GT < GS ? GT : GS;                         // K groups (their partials: <= 16 KB)
+        constexpr int KG = ((K + G - 1) / G + V - 1) / V * V;        // a group's share of K (TB: whole vectors)
+        __shared__ T partial[G > 1 ? G * R * N : 1];
+        const int c = threadIdx.x % NC, g = threadIdx.x / NC;
+        const int k0 = g * KG, k1 = min(K, k0 + KG);
+        if (g < G) {
+            for (int cv = c; cv < (NV + NC - 1) / NC * NC; cv += NC) {
+                const int j = min(cv, NV - 1);   // (vectors past the last: computed again, not stored)
+                constexpr int W = TB ? 1 : V;      // columns per thread
+                T acc[R][W];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int w = 0; w < W; w++) acc[r][w] = 0;
+#pragma unroll 4
+                for (int k = k0; k < k1; k += TB ? V : 1) {
+                    const gc_vec<T, V> b = TB ? *(const gc_vec<T, V>*)(B + (int64_t)j * K + k)
+                                              : *(const gc_vec<T, V>*)(B + (int64_t)k * N + j * V);
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        if constexpr (TB) {
+#pragma unroll
+                            for (int v = 0; v < V; v++) acc[r][0] += at(r, k + v) * b.v[v];
+                        } else {
+                            const T x = at(r, k);
+#pragma unroll
+                            for (int w = 0; w < W; w++) acc[r][w] += x * b.v[w];
+                        }
+                    }
+                }
+                if (cv < NV) {
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int w = 0; w < W; w++) {
+                            const int n = j * W + w;
+                            if (n >= N) continue;
+                            if (G > 1) partial[(g * R + r) * N + n] = acc[r][w];
+                            else if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, acc[r][w]);
+                        }
+                }
+            }
+        }
+        if constexpr (G > 1) {
+            __syncthreads();
+            for (int t = threadIdx.x; t < R * N; t += GC_BLOCK) {
+                const int r = t / N, n = t % N;
+                T v = 0;
+                for (int h = 0; h < G; h++) v += partial[(h * R + r) * N + n];
+                if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, v);
+            }
+        }
     }
 }
 

@@ -184,12 +184,13 @@ def test_row_reductions_match_numpy(target):
     check_against_numpy(*row_reductions(), target, rtol=1e-5, atol=1e-5)
 
 
-# --- the classifier head: a GEMM of <= 32 columns and the rows group reducing its rows, one kernel -------
+# --- chains: row-local GEMMs of <= 32 columns and the rows groups reducing their rows, one kernel ---------
 def heads():
-    """(outputs, feeds): softmax cross-entropy of x @ W + b and its gradients, for row counts a block's 8 rows
-    do not divide, 10 and 32 columns, a transposed operand, a short K, more blocks (375) than a block has
-    threads (the last block's partial sums stride); K = 784 is too long a sum for a head. The bias joins the rows group here (test_golden's
-    training steps have it in the GEMM's epilogue: the eval graph's logits need it there)."""
+    """(outputs, feeds): softmax cross-entropy of x @ W + b and its gradients, for row counts a block's rows
+    do not divide, 10 and 32 columns, a transposed operand, a short K, K = 784 (split over the block's warps),
+    more blocks (375) than a block has threads (the last block's partial sums stride). The bias joins the
+    rows group here (test_golden's training steps have it in the GEMM's epilogue: the eval graph's logits
+    need it there)."""
     r = np.random.RandomState(6)
     outputs, feeds = [], {}
     for k, (m, kk, n, ta) in enumerate([(37, 200, 10, False), (128, 100, 32, False), (20, 3, 10, True),
@@ -205,31 +206,43 @@ def heads():
     return outputs, feeds
 
 
-def test_a_gemm_and_the_rows_reducing_it_become_one_head_kernel():
+def chain_shapes(kernels) -> list[tuple]:
+    """(M, rows a block, blocks, [(N, K) of each GEMM stage or 'rows']) of each chain kernel."""
+    return sorted((k.values["m"], k.values["rows"], k.values["blocks"],
+                   [(v["n"], v["k"]) if v["gemm"] else "rows" for v in k.values["stages"]])
+                  for k in kernels if k.kind == "chain")
+
+
+def test_a_gemm_and_the_rows_reducing_it_become_one_chain_kernel():
     src = compile_program(heads()[0], "cuda")
     kernels = src.kernels["eval"]
-    head = [k for k in kernels if k.kind == "head"]
-    assert sorted((k.values["m"], k.values["n"], k.values["k"], k.values["blocks"]) for k in head) == \
-        [(20, 10, 3, 3), (37, 10, 200, 5), (128, 32, 100, 16), (3000, 10, 16, 375)]
-    assert [k.values["m"] for k in kernels if k.kind == "matmul" and k.values["k"] == 784] == [16]
-    assert all(k.values["segments"][0]["ticket"] for k in head)         # several blocks: a ticket each
-    offsets = [src.plan.workspaces[f"{k.name}_s0"] for k in head]
-    assert len(set(offsets)) == 4 and min(o for o, _ in offsets) >= max(b.end for b in src.plan.buffers)
+    # x's gradient dlogits @ W^T joins (16 x 784: scheduled past the CHAIN_WINDOW, it stays a tiled GEMM)
+    assert chain_shapes(kernels) == [(16, 1, 16, [(10, 784), "rows"]), (20, 1, 20, [(10, 3), "rows", (3, 10)]),
+                                     (37, 1, 37, [(10, 200), "rows", (200, 10)]),
+                                     (128, 1, 128, [(32, 100), "rows", (100, 32)]),
+                                     (3000, 8, 375, [(10, 16), "rows", (16, 10)])]
+    chains = [k for k in kernels if k.kind == "chain"]
+    assert all(k.values["stages"][1]["ticket"] and k.values["stages"][1]["tail"] for k in chains)
+    offsets = [src.plan.workspaces[f"{k.name}_s1"] for k in chains]
+    assert len(set(offsets)) == 5 and min(o for o, _ in offsets) >= max(b.end for b in src.plan.buffers)
     assert src.plan.arena_bytes == max(o + s for o, s in offsets)
 
 
-def test_the_mlp_train_step_has_a_head_with_the_bias_in_its_epilogue():
+def test_the_mlp_train_step_chains_its_row_local_kernels():
     src = compile_program(mlp_program(128), "cuda")
     kinds = [k.kind for k in src.kernels["train"]]
-    assert kinds.count("head") == 1 and len(kinds) == 9 and "head" not in [k.kind for k in src.kernels["eval"]]
-    head = next(k for k in src.kernels["train"] if k.kind == "head")
-    assert (head.values["m"], head.values["n"], head.values["k"], head.values["blocks"]) == (128, 10, 100, 16)
-    assert head.values["epilogue"] and "b3" in " ".join(head.details)
+    assert kinds == ["matmul", "chain", "matmul", "matmul", "fused", "matmul"]
+    # h2, logits (+ b3), softmax cross-entropy, dh2, dh1; dW3 (scheduled between dh2 and dh1) moves after
+    assert chain_shapes(src.kernels["train"]) == [(128, 1, 128, [(100, 256), (10, 100), "rows", (100, 10), (256, 100)])]
+    chain = src.kernels["train"][1]
+    assert chain.values["stages"][1]["epilogue"] and "b3" in " ".join(chain.details)
+    assert chain_shapes(src.kernels["eval"]) == [(128, 1, 128, [(100, 256), (10, 100)])]
+    assert "chain of 5 stages" in src.stages["lower"] and "kernel:  k1_" in src.stages["fuse"]
 
 
-def test_a_gemm_reading_the_image_input_in_place_is_no_head():
-    # logistic regression on 16 features: the logits GEMM would qualify (K <= 256, N <= 32), but it reads x's
-    # rows in place (plan_memory.batch_rows), which only gc_gemm's row loader can do
+def test_a_chain_reads_the_image_input_in_place():
+    # logistic regression on 16 features: the logits GEMM reads x's rows in place (plan_memory.batch_rows),
+    # through the row indices (gc_row_input)
     r = np.random.RandomState(0)
     w = gc.variable("W", init=r.standard_normal((16, 10)).astype(np.float32))
     b = gc.variable("b", init=np.zeros(10, np.float32))
@@ -239,12 +252,49 @@ def test_a_gemm_reading_the_image_input_in_place_is_no_head():
                          outputs={"logits": logits})
     src = compile_program(program, "cuda")
     assert src.plan.buffer_of(x).rows
-    assert [k.kind for k in src.kernels["train"]][:2] == ["matmul", "fused"]
+    chain = src.kernels["train"][0]
+    assert chain.kind == "chain" and chain.values["rows_input"] and chain.values["stages"][0]["rows"]
+    assert "gc_row_input{rows, 16}" in src.source
 
 
-def test_a_tf32_gemm_is_no_head():
+def test_a_tf32_gemm_is_no_chain():
     src = compile_program(heads()[0], "cuda", precision="tf32")
-    assert not [k for k in src.kernels["eval"] if k.kind == "head"]
+    assert not [k for k in src.kernels["eval"] if k.kind == "chain"]
+
+
+def wide_chains():
+    """(outputs, feeds): chains of GEMMs of more than 32 columns (gc_row_gemm's other form): relu layers and
+    their row-local backward GEMMs at 40 and 1000 rows; and two chains that must not form: a GEMM whose B is
+    written by the GEMM before it, and an epilogue reading the earlier GEMM's result transposed."""
+    r = np.random.RandomState(7)
+    outputs, feeds = [], {}
+    for k, (m, d, h) in enumerate([(40, 64, 100), (1000, 48, 256)]):
+        x, w1, w2 = gc.placeholder(f"x{k}", (m, d)), gc.placeholder(f"w1{k}", (d, h)), gc.placeholder(f"w2{k}", (h, 10))
+        labels = gc.placeholder(f"labels{k}", (m,), dtype="int32")
+        loss = gc.softmax_cross_entropy(gc.relu(x @ w1) @ w2, labels)
+        outputs += [loss] + gc.gradients(loss, [x])
+        feeds.update({x: r.standard_normal(x.shape).astype(np.float32),
+                      w1: (r.standard_normal(w1.shape) / np.sqrt(d)).astype(np.float32),
+                      w2: (r.standard_normal(w2.shape) / np.sqrt(h)).astype(np.float32),
+                      labels: r.randint(0, 10, m).astype(np.int32)})
+    a, v = gc.placeholder("a", (48, 48)), gc.placeholder("v", (48, 48))
+    g = a @ v
+    outputs += [a @ g, a @ v * 2.0 + gc.transpose(g)]
+    feeds.update({a: r.standard_normal((48, 48)).astype(np.float32), v: r.standard_normal((48, 48)).astype(np.float32)})
+    return outputs, feeds
+
+
+def test_wide_chains():
+    src = compile_program(wide_chains()[0], "cuda")
+    shapes = chain_shapes(src.kernels["eval"])
+    assert [s[:3] for s in shapes] == [(40, 1, 40), (1000, 4, 250)]
+    assert [(100, 64), (10, 100), "rows", (100, 10), (64, 100)] in [s[3] for s in shapes]
+    assert all(48 not in (k.values["m"],) for k in src.kernels["eval"] if k.kind == "chain")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_wide_chains_match_numpy(target):
+    check_against_numpy(*wide_chains(), target, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("target", TARGETS)

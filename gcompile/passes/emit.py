@@ -71,11 +71,13 @@ def share_epilogues(kernels) -> None:
     optimize every instantiation separately, and they are most of a cold cuda build (docs/compiler.md)."""
     first = {}
     for k in kernels:
-        epilogue = k.values.get("epilogue") if k.kind in ("matmul", "head") else None
-        if epilogue:
-            key = json.dumps(epilogue, sort_keys=True)
-            k.values["ep_type"] = first.setdefault(key, f"{k.name}_ep")
-            k.values["ep_defines"] = k.values["ep_type"] == f"{k.name}_ep"
+        gemms = [(k.name, k.values)] if k.kind == "matmul" else \
+            [(f"{k.name}_s{i}", v) for i, v in enumerate(k.values["stages"]) if v["gemm"]] if k.kind == "chain" else []
+        for name, values in gemms:      # (a chain's GEMM stages each have theirs)
+            if values.get("epilogue"):
+                key = json.dumps(values["epilogue"], sort_keys=True)
+                values["ep_type"] = first.setdefault(key, f"{name}_ep")
+                values["ep_defines"] = values["ep_type"] == f"{name}_ep"
 
 
 # Kernels parts of a cuda build (build.part_commands): nvcc runs its steps one after another, and cicc's and
@@ -97,7 +99,7 @@ def gemm_instance(values: dict) -> tuple:
 def gemm_cost(kernels) -> float:
     """Estimated cost of a set of kernels that must share a part, in GEMM instantiations: each distinct
     gemm_instance is one kernel template instantiation (two when A is the image input read in place:
-    gc_gemm_cuda.cuh instantiates the plain and the row-reading kernel), a classifier head about one."""
+    gc_gemm_cuda.cuh instantiates the plain and the row-reading kernel), a chain about one."""
     gemms = {}
     cost = 0.0
     for k in kernels:
@@ -106,7 +108,7 @@ def gemm_cost(kernels) -> float:
             key = gemm_instance(v)
             gemms[key] = max(gemms.get(key, 1), 2 if v["rows"] else 1)
         else:
-            cost += 1.0 if k.kind == "head" else LIGHT_COST
+            cost += 1.0 if k.kind == "chain" else LIGHT_COST
     return cost + sum(gemms.values())
 
 
@@ -118,8 +120,9 @@ def assign_parts(kernels, target: str) -> int:
     shared = nx.Graph()   # a kernel and what it shares: its epilogue type, its GEMM instantiation
     for k in kernels:
         shared.add_node(("kernel", k.name))
-        if k.values.get("ep_type"):
-            shared.add_edge(("kernel", k.name), ("epilogue", k.values["ep_type"]))
+        for values in [k.values] + k.values.get("stages", []):
+            if values.get("ep_type"):
+                shared.add_edge(("kernel", k.name), ("epilogue", values["ep_type"]))
         if k.kind == "matmul":
             shared.add_edge(("kernel", k.name), ("gemm", gemm_instance(k.values)))
     unit_of = {n: i for i, component in enumerate(nx.connected_components(shared)) for n in component}

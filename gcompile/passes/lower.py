@@ -22,14 +22,16 @@ from ..ops import get_op
 from .fuse import REDUCTIONS, Group, Layout, strides
 from ..ops.conv import windows_of
 from ..ops.random import dropout_threshold
+from .chain import gemm_of, own_row_reads, own_row_writes, rows_of
 from .plan_memory import NO_KERNEL, is_literal, step_writes, storage_root
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "uint8": "uint8_t"}
 BLOCK = 256                      # threads per block of every fused kernel (GC_BLOCK in the runtime)
-HEAD_ROWS = BLOCK // 32           # rows of C per block of a classifier-head kernel: a warp each
-# The longest sum a head's warp takes for a row. On an H100 the MLP's logits (K = 100) gained: step 32.8 -> 32.1 us
-# at batch 128, 69.9 -> 66.7 at 1000; logistic regression's (K = 784, 25 rounds a lane) lost: 11.8 -> 13.6 us.
-HEAD_MAX_K = 256
+# A chain's rows per block (chain_rows): the fewest (a power of two, at most CHAIN_MAX_ROWS) that make at most
+# CHAIN_BLOCKS blocks. On an H100 the MLP's step (chain h2 -> logits -> softmax -> dh2 -> dh1): at batch 128
+# 24.2 us with a row a block (128 blocks), 25.0 with 2; at batch 1000 62.2 with 8 rows (125 blocks), 59.2 with 4.
+CHAIN_BLOCKS = 256
+CHAIN_MAX_ROWS = 8
 VECTOR = 4                       # elements per vector access of a map kernel (16 bytes of float32)
 GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
 
@@ -100,6 +102,15 @@ def index_type(nodes) -> str:
     """C type of a kernel's loop indices: `int` when every tensor it touches has fewer than 2^30 elements (the
     grid-stride loops then cannot overflow either), which keeps the index arithmetic's divisions 32-bit."""
     return "int" if max(n.size for n in nodes) < 2 ** 30 else "int64_t"
+
+
+def chain_rows(m: int, cap: int) -> int:
+    """Rows per block of a chain of M rows: the fewest (a power of two, at most `cap`) that make at most
+    CHAIN_BLOCKS blocks."""
+    rows = 1
+    while rows * 2 <= cap and -(-m // rows) > CHAIN_BLOCKS:
+        rows *= 2
+    return rows
 
 
 def c_name(node: Node, index: int) -> str:
@@ -174,58 +185,74 @@ class Lowering:
         arena, and only gc_gemm's row loader (its A operand, gc_rows) can read it."""
         return not is_literal(storage_root(node)) and self.plan.buffer_of(node, self.direction).rows
 
-    def head(self, first: Node, second: Node, index: int) -> Kernel | None:
-        """A fused classifier head, or None: the GEMM group `first` computes C (M x N, N <= 32: the logits plus
-        their epilogue) and the rows group `second`, next in the schedule, reduces C's rows (softmax cross-
-        entropy and its gradient, with the batch-mean loss). One kernel: a block computes HEAD_ROWS rows of C
-        (a warp each, gc_head_rows), then runs the rows segment on those rows; the loss is summed over the
-        blocks' partials by the last block. This saves a launch and C's round trip between two kernels.
-        It qualifies when the rows group reads C only at the element's own index (a block reads the rows it
-        computed), and no bytes either part writes are bytes the other reads or writes, other than C (blocks
-        run in any order); K <= HEAD_MAX_K; fp32 only (a tf32 GEMM keeps its tensor-core kernel)."""
-        if second.op != "fused" or second.attrs["group"].kind != "rows" or second.attrs["group"].segments:
-            return None
-        rows = second.attrs["group"]
-        if first.op == "matmul":                                           # a GEMM without epilogue
-            matmul, operands, epilogue, c, what = first, tuple(first.inputs), None, first, first.name
-        elif first.op == "fused" and first.attrs["group"].kind == "gemm":
-            gemm = first.attrs["group"]
-            matmul, code = gemm.members[0], GroupCode(self, gemm)
-            operands, (epilogue, stored) = tuple(gemm.external[x] for x in matmul.inputs), code.epilogue()
-            c, what = code.target(stored), gemm.describe()
-        else:
-            return None
-        if any(self.read_in_place(x) for x in operands):
-            return None   # only gc_gemm's row loader reads it
-        m, n = matmul.shape[-2:]
-        k = operands[0].shape[-2] if matmul.attrs["trans_a"] else operands[0].shape[-1]
-        if matmul.ndim != 2 or n > 32 or k > HEAD_MAX_K or m > HEAD_ROWS * 8192 or \
-                (matmul.dtype == "float32" and self.precision != "fp32"):
-            return None
-        lay = rows.layout
-        if c not in second.inputs or tuple(lay.domain) != (m, n) or tuple(lay.axes) != (1,):
-            return None
-        inside = set(rows.members)
-        for member in rows.members:
-            for j, x in enumerate(member.inputs):
-                if x not in inside and rows.external[x] is c and lay.operand_coef(member, j) != lay.identity():
+    def chain(self, stages: list[Node], index: int) -> Kernel | None:
+        """A chain (chain.py) as one kernel, or None: block b owns rows b * R .. b * R + R - 1 of every stage
+        and runs the stages on them in order, a __syncthreads between two: a GEMM stage computes its rows of
+        C (gc_row_gemm), a rows stage runs its segment on its rows; the global part of a rows stage (the
+        batch-mean loss, the guard) runs at the kernel's end, in the last block to arrive. It qualifies when,
+        on the arena's bytes, a stage reads what an earlier one wrote only at its own rows (values written at
+        rows, chain.own_row_writes and own_row_reads: a block reads only the rows it computed), no stage
+        writes bytes an earlier one reads, and no two stages write the same bytes; fp32 only (a tf32 GEMM
+        keeps its tensor-core kernel); rows stages whose slices a block's threads take R at a time."""
+        m = rows_of(stages[0])
+        self.name = c_name(stages[-1], index)
+        reads, own_reads, writes, own_writes = [], [], [], []
+        for node in stages:
+            own = own_row_reads(node)
+            own_reads.append(self.ranges([x for x in node.inputs if x in own]))
+            reads.append(self.ranges([x for x in node.inputs if x not in own]))
+            writes.append(self.ranges(step_writes(node)))
+            own_writes.append(self.ranges(own_row_writes(node)))
+        for j in range(len(stages)):
+            for i in range(j):
+                links = [r for r in own_reads[j] if r in own_writes[i]]
+                if overlap(writes[i], reads[j] + writes[j]) or overlap(writes[j], reads[i] + own_reads[i]) or \
+                        overlap(writes[i], [r for r in own_reads[j] if r not in links]) or \
+                        overlap([w for w in writes[i] if w not in links], links):
                     return None
-        gemm_writes, rows_writes = self.ranges(step_writes(first)), self.ranges(step_writes(second))
-        if overlap(rows_writes, self.ranges(first.inputs) + gemm_writes) or \
-                overlap(self.ranges([x for x in second.inputs if x is not c]), gemm_writes):
+        cap = CHAIN_MAX_ROWS
+        for node in stages:
+            gemm = gemm_of(node)
+            if gemm is not None:
+                if self.precision != "fp32" or any(self.read_in_place(x) for x in gemm[2:]):
+                    return None
+            else:
+                cap = min(cap, threads(node.attrs["group"].layout)[0])
+        rows = chain_rows(m, cap)
+        if -(-m // rows) > 8192:
             return None
-        self.name = c_name(second, index)
-        values = self.gemm(matmul, operands, self.pointer(c, const=False), epilogue)
-        body = GroupCode(self, rows).segment(f"{self.name}_s0", per=HEAD_ROWS)
-        body["first"], body["end"] = 0, body["blocks"]
-        values.update(segments=[body], blocks=body["blocks"], rows=HEAD_ROWS)
-        members = first.attrs["group"].members if first.op == "fused" else [first]
-        return Kernel("head", self.name, f"{self.direction}: classifier head: {what}: GEMM {m}x{n}; "
-                      f"{rows.describe()} {rows.kind}: {rows.kernel_text()}", values,
-                      [describe(x) for x in members + rows.members], rows.describe(),
-                      reads=self.ranges(list(first.inputs) + list(second.inputs)),
-                      writes=sorted(set(gemm_writes + rows_writes)) + workspaces(values),
-                      fused=[what] if first.op == "fused" else [])
+        values, details, groups, what = [], [], [], []
+        for i, node in enumerate(stages):
+            gemm = gemm_of(node)
+            if gemm is not None:
+                matmul, a, b = gemm
+                if node.op == "fused":
+                    code = GroupCode(self, node.attrs["group"])
+                    epilogue, stored = code.epilogue()
+                    v = self.gemm(matmul, (a, b), self.pointer(code.target(stored), const=False), epilogue)
+                else:
+                    v = self.gemm(matmul, (a, b), self.pointer(node, const=False), None)
+                v["gemm"] = True
+                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']}")
+            else:
+                v = GroupCode(self, node.attrs["group"]).segment(f"{self.name}_s{i}", per=rows, split=True)
+                v["gemm"] = False
+                assert v["blocks"] == -(-m // rows)
+                what.append(f"{node.attrs['group'].kind} {m}x{node.attrs['group'].layout.domain[1]}")
+            values.append(v)
+            members = node.attrs["group"].members if node.op == "fused" else [node]
+            details += [describe(x) for x in members]
+            groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
+        text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
+        fused = [g for node, g in zip(stages, groups) if node.op == "fused"]
+        return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
+                      f"{text}", {"stages": values, "rows": rows, "blocks": -(-m // rows), "m": m,
+                                  "rows_input": any(v.get("rows") for v in values)},
+                      details, fused[0] if fused else None,
+                      reads=sorted(set(r for x in reads + own_reads for r in x)),
+                      writes=sorted(set(w for x in writes for w in x)) + workspaces({"segments": [
+                          v for v in values if not v["gemm"]]}),
+                      fused=fused[1:])
 
     def lower_matmul(self, node: Node):
         return "matmul", self.gemm(node, node.inputs, self.pointer(node, const=False), None)
@@ -463,9 +490,11 @@ class GroupCode:
         return [m for m in self.members if m.op == "assign" or m in self.group.outputs]
 
     # --- kernels --------------------------------------------------------------------------------
-    def segment(self, name: str, per: int | None = None) -> dict:
+    def segment(self, name: str, per: int | None = None, split: bool = False) -> dict:
         """A rows group as the body of a kernel: per slice, the reduction phases, then the element loop. `name`
-        names its workspace; `per`: the slices a block takes per round (default: its sx, all its threads)."""
+        names its workspace; `per`: the slices a block takes per round (default: its sx, all its threads);
+        `split`: a chain's stage, whose global part is a function of its own (the kernel's tail) reading the
+        blocks' partials, even on one block."""
         lay = self.layout
         ctx = lay.context
         slice_done, prelude = set(), []
@@ -525,7 +554,7 @@ class GroupCode:
         # them in block order (gc_last_block). Ticket and partials (8 bytes a block each) are the kernel's
         # workspace in the arena; one block needs neither.
         ticket, workspace = None, []
-        if global_accs and blocks > 1:
+        if global_accs and (blocks > 1 or split):
             base = self.lowering.plan.workspace(name, 8 + 8 * blocks * len(global_accs))
             ticket, workspace = f"((unsigned int*)(A + {base}))", [(base, base + 8 + 8 * blocks * len(global_accs))]
             for j, a in enumerate(global_accs):
@@ -543,7 +572,7 @@ class GroupCode:
             "prelude": prelude, "phases": body_phases, "element_loop": element_loop,
             "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,
             "global_after": global_after, "global_stores": global_stores,
-            "sync": sy > 1,
+            "sync": sy > 1, "tail": split and bool(global_accs or global_after or global_stores),
             # the cpu target: parallel over slices, unless the slices feed a global sum in a fixed order
             "parallel": int(not global_accs and lay.slices * lay.length > 32768),
         }
@@ -593,17 +622,18 @@ class GroupCode:
 
 
 def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32") -> dict[str, list[Kernel]]:
-    """Kernel specs for each schedule, in schedule order. Kernel names are unique across schedules. A GEMM
-    followed by the rows group that reduces its rows becomes one classifier-head kernel when it qualifies
-    (Lowering.head)."""
+    """Kernel specs for each schedule, in schedule order. Kernel names are unique across schedules. A chain's
+    stages (chain.py, plan.chains) become one kernel when they qualify (Lowering.chain)."""
     out, index = {}, 0
     for direction, order in schedules.items():
         lowering, kernels = Lowering(plan, direction, precision), []
+        chains = {stages[0]: stages for stages in plan.chains.get(direction, [])}
         nodes = [n for n in order if n.op not in NO_KERNEL]
         j = 0
         while j < len(nodes):
-            kernel = lowering.head(nodes[j], nodes[j + 1], index) if j + 1 < len(nodes) else None
-            j += 2 if kernel is not None else 1
+            stages = chains.get(nodes[j])
+            kernel = lowering.chain(stages, index) if stages and nodes[j:j + len(stages)] == stages else None
+            j += len(stages) if kernel is not None else 1
             kernel = kernel or lowering.kernel(nodes[j - 1], index)
             if kernel is not None:
                 kernels.append(kernel)

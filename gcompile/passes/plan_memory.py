@@ -98,6 +98,7 @@ class MemoryPlan:
     naive_bytes: int                 # every buffer of every schedule at its own offset
     rows_note: str = ""              # how the image input's batch is read (batch_rows), for `inspect`
     workspaces: dict = field(default_factory=dict)   # kernel's own bytes: name -> (offset, size), see workspace
+    chains: dict = field(default_factory=dict)       # schedule -> its chains' stage nodes (chain.py), for lower
 
     def workspace(self, name: str, nbytes: int) -> int:
         """Offset of `nbytes` owned by one kernel (lower.py: a reduction over several blocks keeps its ticket and
@@ -188,9 +189,11 @@ def reads_rows_only(node: Node, x: Node) -> bool:
     return a is x and b is not x and matmul.ndim == 2 and matmul.dtype == "float32"
 
 
-def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node], rows_of: Node | None = None
-                ) -> MemoryPlan:
-    """`rows_of`: the trainer's image input, to be read through batch rows where batch_rows allows."""
+def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node], rows_of: Node | None = None,
+                chains: dict | None = None) -> MemoryPlan:
+    """`rows_of`: the trainer's image input, to be read through batch rows where batch_rows allows. `chains`:
+    each schedule's chains (chain.py), whose stages run as one kernel: what they touch lives over all of it."""
+    chains = chains or {}
     rows, note = batch_rows(rows_of, schedules)
     kept = persistent_nodes(schedules, persistent)
     buffers, base = [], 0
@@ -201,7 +204,7 @@ def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node], rows_o
         base += size
     region, peak = 0, 0
     for name, order in schedules.items():
-        lives = liveness(order, set(kept))
+        lives = liveness(order, set(kept), chains.get(name, []))
         # Buffers shared only along dependences leave independent kernels free to run side by side
         # (streams.py); kept while the arena stays within CONCURRENT_SLACK of its lower bound (persistent
         # bytes + the peak of live temporary bytes), else buffers are shared along the schedule's order.
@@ -215,7 +218,7 @@ def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node], rows_o
         region = max(region, region_bytes(starts))
         peak = max(peak, peak_live_bytes(lives, len(order)))
     return MemoryPlan(buffers, dict(schedules), base, base + region, base + peak,
-                      sum(b.size for b in buffers), note)
+                      sum(b.size for b in buffers), note, chains=chains)
 
 
 def persistent_nodes(schedules, persistent) -> list[Node]:
@@ -248,14 +251,21 @@ def step_values(node: Node) -> list[Node]:
     return [node, *node.inputs]
 
 
-def liveness(order: list[Node], persistent: set) -> dict[Node, tuple[int, int]]:
-    """Temporary buffer -> (step that writes it, last step that reads it, directly or through a view)."""
+def liveness(order: list[Node], persistent: set, chains=()) -> dict[Node, tuple[int, int]]:
+    """Temporary buffer -> (step that writes it, last step that reads it, directly or through a view). A
+    chain's stages are one kernel whose blocks run them at different times: what a stage touches lives from
+    the chain's first step to its last."""
+    span = {}
+    for stages in chains:
+        steps = [order.index(s) for s in stages]
+        span.update((s, (min(steps), max(steps))) for s in steps)
     lives = {}
     for step, node in enumerate(order):
+        first, last = span.get(step, (step, step))
         for n in step_values(node):
             root = storage_root(n)
             if root not in persistent and not is_literal(root):
-                lives[root] = (lives.get(root, (step,))[0], step)
+                lives[root] = (min(lives.get(root, (first,))[0], first), last)
     return lives
 
 

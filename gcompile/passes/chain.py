@@ -1,0 +1,145 @@
+"""chain: runs of scheduled kernels that are row-local in the batch, to be lowered as ONE kernel.
+
+A chain's stages are fused GEMM groups (or plain GEMMs) of M rows that read their A at their own rows (not
+trans_a) and rows groups over a domain (M, n) reducing axis 1: row m of every value a stage writes and a
+later stage reads needs only row m of what earlier stages wrote. So a block can own a few rows and run all
+the stages on them one after another (lower.py's Lowering.chain, the row GEMM gc_row_gemm), with no global
+synchronization between stages: one launch instead of one per stage, and the values stay in L1/L2.
+
+Here, on nodes, after schedule: stages are taken greedily from a kernel that can start a chain; kernels in
+between that do not join it (at most CHAIN_WINDOW) and that no later stage depends on are moved after the
+chain (in their order),
+so the chain's stages become consecutive in the schedule. plan_memory then keeps every buffer a chain
+reads or writes live over the whole chain (the blocks run the stages at different times: no stage may
+reuse bytes another stage touches). lower checks the same rules on the arena's bytes again and lowers the
+chain when every stage fits its kernel (else the stages stay separate kernels).
+"""
+from __future__ import annotations
+
+from ..graph import Node
+from .plan_memory import NO_KERNEL, storage_root, step_writes
+
+# The most elements a stage's B may have: every block reads all of B (from L2), so a chain's GEMMs are small
+# ones (the MLP's W2 has 25,600, logistic regression's W 7,840; its W1, 200,704, stays a tiled GEMM).
+CHAIN_MAX_B = 32768
+CHAIN_WINDOW = 8    # the most kernels moved after a chain: the search for its next stage ends there
+
+
+def gemm_of(node: Node):
+    """(matmul, A, B) of a GEMM step (a gemm group or a plain matmul), or None."""
+    if node.op == "matmul":
+        return node, node.inputs[0], node.inputs[1]
+    if node.op == "fused" and node.attrs["group"].kind == "gemm":
+        group = node.attrs["group"]
+        matmul = group.members[0]
+        return matmul, group.external[matmul.inputs[0]], group.external[matmul.inputs[1]]
+    return None
+
+
+def rows_of(node: Node) -> int | None:
+    """The rows M of a step that can be a chain's stage, or None: a 2-D float32 GEMM reading A at its own
+    rows, B of at most CHAIN_MAX_B elements, without assigns; or a rows group over (M, n) reducing axis 1."""
+    gemm = gemm_of(node)
+    if gemm is not None:
+        matmul = gemm[0]
+        group = node.attrs["group"] if node.op == "fused" else None
+        if matmul.ndim != 2 or matmul.dtype != "float32" or matmul.attrs["trans_a"] or gemm[2].size > CHAIN_MAX_B \
+                or (group and group.assigns):
+            return None
+        return matmul.shape[0]
+    if node.op == "fused":
+        group = node.attrs["group"]
+        lay = group.layout
+        if group.kind == "rows" and not group.segments and len(lay.domain) == 2 and tuple(lay.axes) == (1,) \
+                and not group.assigns:
+            return lay.domain[0]
+    return None
+
+
+def own_row_reads(node: Node) -> set:
+    """The inputs a stage reads only at the rows it computes: a GEMM's A, and values of the domain's shape
+    read at the element's own index (an epilogue's or a rows group's members)."""
+    if node.op == "matmul":
+        return {node.inputs[0]}
+    group = node.attrs["group"]
+    lay = group.layout
+    domain = tuple(lay.domain) if group.kind == "rows" else tuple(group.members[0].shape)
+    own, other = set(), set()
+    for m in group.members:
+        for k, x in enumerate(m.inputs):
+            if x in group.external and m.op != "matmul":    # (the GEMM's own operands: below)
+                outer = group.external[x]
+                at_own = tuple(outer.shape) == domain and lay.operand_coef(m, k) == lay.identity()
+                (own if at_own else other).add(outer)
+    if group.kind == "gemm":
+        own.add(gemm_of(node)[1])
+        other.add(gemm_of(node)[2])
+    return own - other
+
+
+def own_row_writes(node: Node) -> set:
+    """The values a stage writes at the rows it computes: a GEMM's results stored at (m, n) (C and side
+    stores of C's shape), a rows group's element values; its slice and global values are not."""
+    if node.op == "matmul":
+        return {node}
+    group = node.attrs["group"]
+    lay = group.layout
+    out = set()
+    for member, result in zip(group.outputs, group.results):
+        if group.kind == "gemm" and tuple(result.shape) == tuple(group.members[0].shape) and \
+                lay.coef[member] == lay.identity():
+            out.add(result)
+        elif group.kind == "rows" and lay.context[member] == "element" and lay.coef[member] == lay.identity() \
+                and tuple(result.shape) == tuple(lay.domain):
+            out.add(result)
+    return out
+
+
+def joins(stages: list[Node], node: Node) -> bool:
+    """Whether node can follow the stages: it reads what they wrote only at its own rows, and only values
+    they wrote at rows."""
+    written = {r: s for s in stages for r in step_writes(s)}
+    mine = own_row_reads(node)
+    for x in node.inputs:
+        root = storage_root(x)
+        for r, s in written.items():
+            if storage_root(r) is root and (x not in mine or r not in own_row_writes(s)):
+                return False
+    return True
+
+
+def find_chains(order: list[Node]) -> tuple[list[Node], list[list[Node]]]:
+    """The schedule with each chain's stages made consecutive, and the chains (their stage nodes, in order;
+    two stages at least, a GEMM among them)."""
+    order, chains, j = list(order), [], 0
+    while j < len(order):
+        m = rows_of(order[j])
+        if m is None:
+            j += 1
+            continue
+        stages, deferred, outputs = [order[j]], [], set()   # outputs: what the deferred steps write
+        for node in order[j + 1:]:
+            depends = any(storage_root(x) in outputs for x in node.inputs)
+            if node.op in NO_KERNEL and not depends and node.op != "group_output":
+                continue                                    # a leaf or a view: stays where it is
+            if node.op == "group_output" and node.inputs[0] in stages:
+                continue
+            if not depends and rows_of(node) == m and joins(stages, node):
+                stages.append(node)
+                continue
+            if node.op not in NO_KERNEL and sum(n.op not in NO_KERNEL for n in deferred) == CHAIN_WINDOW:
+                break
+            deferred.append(node)
+            outputs.update(storage_root(w) for w in step_writes(node) + [node])
+        if len(stages) < 2 or all(gemm_of(s) is None for s in stages):   # rows groups alone: fuse.py's
+            j += 1
+            continue
+        # the stages (and the views of their results) first, then the deferred steps in their order
+        span = order[j:order.index(stages[-1]) + 1]
+        later = [n for n in span if n in deferred or n.op == "group_output" and n.inputs[0] in deferred]
+        first = [n for n in span if n not in later]
+        rest = order[order.index(stages[-1]) + 1:]
+        order[j:] = first + later + rest
+        chains.append(stages)
+        j += len(first)
+    return order, chains
