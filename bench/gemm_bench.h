@@ -3,6 +3,7 @@
 #include "gc_runtime.h"
 #include "gc_gemm.h"
 #include "gc_gemm_cuda.cuh"
+#include "gc_gemm_tc.cuh"
 
 // Forward: bias + ReLU (bias alone for the logits); backward: the ReLU mask on the data gradient, where the
 // mask is the forward pre-activation (M, N) and the gradient passes where it is > 0.

@@ -7,7 +7,8 @@
 
 The choice:
   0. large float32 fp32 problems (`is_large`: every side >= 1024, a block for at least 7/8 of the SMs) get
-     LARGE_TILE, the pipelined kernel's (gc_gemm_pipe_kernel);
+     LARGE_TILE, the pipelined kernel's (gc_gemm_pipe_kernel); large float32 tf32 problems get
+     TC_LARGE_TILE, the tensor-core pipeline's (gc_gemm_tc_kernel, `tc_tile`);
 otherwise, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supports:
   1. measured: a GEMM whose (m, n, k, transposes, precision, batch) was timed by the sweep
      (`bench/gemm_bench.py --sweep`, every candidate of every swept shape on one GPU) gets the fastest tile
@@ -66,8 +67,12 @@ class Tile:
                 + (f"/cp{self.stages}" if self.stages else ""))
 
     def smem_bytes(self, split: int = 1) -> int:
-        pad = 8 if self.tf32 else 4   # words a shared-memory row is padded by (LDA, LDB of both kernels)
-        pipeline = max(2, self.stages) * self.bk * (self.bm + pad + self.bn + pad) * 4
+        if self.tf32 and self.stages:   # gc_gemm_tc_kernel: k-major rows of X + 4 or x-major of BK + 8 words
+            side = lambda x: max(self.bk * (x + 4), x * (self.bk + 8))  # noqa: E731 - the larger of the two
+            pipeline = self.stages * (side(self.bm) + side(self.bn)) * 4
+        else:
+            pad = 8 if self.tf32 else 4   # words a shared-memory row is padded by (LDA, LDB of both kernels)
+            pipeline = max(2, self.stages) * self.bk * (self.bm + pad + self.bn + pad) * 4
         return max(pipeline, self.bm * self.bn * 4 if split > 1 else 0)
 
     def splits(self) -> list[int]:
@@ -119,6 +124,24 @@ LARGE_TILE = Tile(128, 256, 32, 8, 16, stages=3)
 LARGE = 1024
 
 
+# tf32: the tensor-core pipeline (gc_gemm_tc_kernel, runtime/gc_gemm_tc.cuh: mma.sync tf32 fed by cp.async,
+# STAGES K steps deep) for large problems (is_large): 128 x 128 x 32 tiles, 64 x 64 per warp, 3 stages, two
+# blocks an SM. H100, one run: 4096^3 999 us, the register-staged 128 x 128 tf32 tile 1403 us (cuBLAS tf32
+# 348 us). The MLP's GEMMs keep the register-staged tiles: their best tensor-core tiles were faster GEMM by
+# GEMM (b1000 x @ W1 11.2 vs 12.0 us, h1 @ W2, dW2, dh1) but not dW1 (12.6 vs 10.9), and with them the b1000
+# tf32 training step was slower (54.7 vs 51.9 us; docs/compiler.md).
+TC_LARGE_TILE = Tile(128, 128, 32, 64, 64, 1, stages=3)
+
+
+def tc_tile(m: int, n: int, k: int, batch: int = 1, rows: bool = False):
+    """(tile, split) of the tensor-core pipeline for a float32 tf32 GEMM, or None (the register-staged
+    tiles). rows: the trainer runs the tile's sizes in the register-staged kernel (its row loader), which
+    cannot hold TC_LARGE_TILE's buffers."""
+    if is_large(m, n, k, batch) and not rows:
+        return TC_LARGE_TILE, 1
+    return None
+
+
 def is_large(m: int, n: int, k: int, batch: int = 1) -> bool:
     blocks = math.ceil(m / LARGE_TILE.bm) * math.ceil(n / LARGE_TILE.bn) * batch
     return min(m, n, k) >= LARGE and blocks >= SMS * 7 // 8
@@ -137,6 +160,8 @@ def tile_by_name(name: str) -> Tile:
                 return tile
     if name == LARGE_TILE.name:
         return LARGE_TILE
+    if name == TC_LARGE_TILE.name:
+        return TC_LARGE_TILE
     raise GCompileError(f"gemm_tiles: {name!r} is not a catalogue tile")
 
 
@@ -204,6 +229,9 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
         raise GCompileError(f"choose_tile: negative size m={m} n={n} k={k} batch={batch}")
     if precision == "fp32" and dtype == "float32" and is_large(m, n, k, batch) and not rows:
         return LARGE_TILE.c_type(1, m, n, k)
+    tc = tc_tile(m, n, k, batch, rows) if precision == "tf32" and dtype == "float32" else None
+    if tc is not None:
+        return tc[0].c_type(tc[1], m, n, k)
     measured = calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
     if measured is not None and not (rows and replace(measured[0], stages=0).smem_bytes(measured[1]) > SMEM_LIMIT):
         tile, split = measured

@@ -19,8 +19,9 @@
 //             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
 //   SM SN SK  the static shape the GEMM was specialized for (0: any). Bounds checks on a dimension that the
 //             tile divides are compiled out; gc_gemm refuses a launch whose shape differs.
-//   STAGES    > 0: the pipelined kernel (gc_gemm_pipe_kernel, fp32 FMAs): operands copied to shared memory
-//             with cp.async, STAGES K steps deep; 0: the register-staged one (gc_gemm_kernel).
+//   STAGES    > 0: a pipelined kernel, operands copied to shared memory with cp.async, STAGES K steps deep:
+//             gc_gemm_pipe_kernel (fp32 FMAs) or, TF32 = 1, gc_gemm_tc_kernel (gc_gemm_tc.cuh);
+//             0: the register-staged one (gc_gemm_kernel).
 template <int BM_, int BN_, int BK_, int TM_, int TN_, int TF32_, int SPLIT_ = 1, int SM_ = 0, int SN_ = 0,
           int SK_ = 0, int STAGES_ = 0>
 struct gc_tile {

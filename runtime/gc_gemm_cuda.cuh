@@ -14,7 +14,7 @@
 //     bit-for-bit reproducible.
 // A second template, gc_gemm_pipe_kernel (tiles with STAGES > 0: the large problems' tile and two of the
 // catalogue's): the same fp32 register blocks, epilogue and split, fed by a cp.async pipeline STAGES steps
-// deep instead of registers (see there).
+// deep instead of registers (see there). A third, for tf32 tiles with STAGES > 0, is in gc_gemm_tc.cuh.
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 template <typename T, class Ep>
@@ -761,6 +761,10 @@ static bool gc_cluster_launch_supported() {
     return supported == 1;
 }
 
+// The tf32 tensor-core pipeline's launch (gc_gemm_tc.cuh: tiles with TF32 and STAGES > 0).
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
+
 // The launch of both forms of A (RA: the image input in place, A = its source).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int N, int K, Ep ep, int batch,
@@ -787,7 +791,9 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     cluster.val.clusterDim.x = 1;
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = S;
-    if constexpr (Tile::STAGES > 0 && !RA) {   // over 48 KB of shared memory: the kernel's limit is raised once
+    if constexpr (Tile::TF32 && Tile::STAGES > 0 && !RA) {
+        return gc_gemm_tc_launch<T, TA, TB, Tile, Ep>(grid, &cluster, p);
+    } else if constexpr (Tile::STAGES > 0 && !RA) {   // over 48 KB of shared memory: the kernel's limit is raised once
         constexpr size_t smem = gc_pipe_smem<T, Tile>::bytes;
         static bool raised = false;
         if (!raised && smem > 48 * 1024)

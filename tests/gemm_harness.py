@@ -24,6 +24,7 @@ PRELUDE = """\
 #include "gc_gemm.h"
 #ifdef GC_CUDA
 #include "gc_gemm_cuda.cuh"
+#include "gc_gemm_tc.cuh"
 #else
 #include "gc_kernels_cpu.h"
 #endif
@@ -100,6 +101,7 @@ class Case:
     shift: int = 0              # A starts this many elements past an aligned address
     ep: bool = False            # ep_test instead of gc_ep_store
     tf32: bool = False          # compare with the tf32 tolerance
+    nans: bool = False          # op(A)[0, 0:2] are NaNs (0x7fffffff, CUDA's, and its negation): C's row 0 is NaN
     expect_error: str | None = None
 
     def strides(self):
@@ -160,6 +162,11 @@ def operands(case: Case, rng):
     b = rng.uniform(-1, 1, (case.batch - 1) * sb + case.k * case.n).astype(dt)
     bias = rng.uniform(-1, 1, max(case.n, 1)).astype(dt)
     c = np.full((case.batch - 1) * sc + case.m * case.n, np.nan, dt)
+    if case.nans:   # op(A)[0, 0] and op(A)[0, 1] of each batch entry
+        bits = a.view(np.uint32)
+        for i in range(case.batch):
+            bits[i * sa] = 0x7fffffff
+            bits[i * sa + (case.m if case.ta else 1)] = 0xffffffff
     return a, b, bias, c
 
 

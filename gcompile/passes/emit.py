@@ -27,6 +27,7 @@ RUNTIME_HEAD = [
 RUNTIME_KERNELS = {
     "cuda": [("gc_gemm.h", "the GEMM's tile type and plain-store epilogue"),
              ("gc_gemm_cuda.cuh", "GEMM: register-blocked fp32 / tf32 tensor cores, fused epilogue, split-K"),
+             ("gc_gemm_tc.cuh", "GEMM: tf32 tensor cores fed by a cp.async pipeline"),
              ("gc_kernels_cuda.cuh", "generic CUDA kernels: fixed-order reductions for fused kernels, batch gather")],
     "cpu": [("gc_gemm.h", "the GEMM's tile type and plain-store epilogue"),
             ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM with epilogues, batch gather")],

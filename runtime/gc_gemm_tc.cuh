@@ -1,0 +1,253 @@
+// gc_gemm_tc.cuh — the tf32 tensor-core GEMM fed by a cp.async pipeline (tiles with TF32 = 1 and STAGES > 0;
+// gc_gemm_launch in gc_gemm_cuda.cuh dispatches to gc_gemm_tc_launch here). The tile, the epilogue functors,
+// the block's place and K slice (gc_gemm_block) and split-K's cluster reduction are gc_gemm_cuda.cuh's; what
+// differs from its register-staged tf32 path (gc_gemm_kernel with TF32 tiles) is how the operands arrive:
+//   * K steps of BK go through STAGES shared-memory buffers filled by cp.async (16-byte copies, no registers
+//     held for loads), STAGES - 1 steps in flight while one is computed, one barrier per step;
+//   * each operand stays in shared memory as it is stored in global memory (no transposing copies): k-major
+//     (the matrix's rows are k: A with TA, B without TB) or x-major (rows are M or N, k contiguous), rows
+//     padded so that a warp's fragment reads hit 32 distinct banks; the k of an 8-wide slice are permuted
+//     alike on both sides so that an x-major operand's two k per lane are one 8-byte read (gc_tc_layout);
+//   * the fragments of an 8-wide k slice are read (and rounded to tf32, to nearest as gc_gemm_kernel's
+//     stores round them) while the previous slice's mma run: two register sets.
+// The image input read in place (RA) keeps gc_gemm_kernel, with the same tile sizes (gc_gemm_launch).
+#if GC_KERNELS   // the kernels part (gc_runtime.h)
+
+// One operand's K step in shared memory: element (x, k), x < X (BM or BN), k < BK. KMAJOR: the matrix's rows
+// are k (x contiguous), stored s[k * LD + x]; else its rows are x, stored s[x * LD + k]. The block copied is
+// ROWS x COLS of the row-major matrix either way, in chunks of 4 elements.
+// A lane (gid, tig) of an mma needs k = tig and tig + 4 of each 8-wide slice; both operands instead give it
+// k = 2 tig and 2 tig + 1 (the same permutation of the slice's k on both sides, so the products summed are
+// the same): x-major, one 8-byte read. Padding for 32 distinct banks per wavefront: x-major LD = BK + 8
+// (a half-warp's 8-byte reads at gid * LD + 2 tig, LD = 8 mod 32), k-major LD = X + 4 (rows 2 tig and
+// 2 tig + 1 at column gid: 2 LD = 8 mod 32).
+template <int BK, int X, bool KMAJOR>
+struct gc_tc_layout {
+    static constexpr int ROWS = KMAJOR ? BK : X, COLS = KMAJOR ? X : BK, LD = COLS + (KMAJOR ? 4 : 8);
+    static constexpr int SIZE = ROWS * LD;
+    static_assert(X % 16 == 0 && BK % 16 == 0, "gc_gemm: tf32 pipelined tile sizes");
+    // A float as a tf32 operand register: rounded to nearest, ties away, as gc_tf32 (cvt.rna, several
+    // instructions on sm_90) rounds, by adding half a tf32 unit (bit 12; the mma reads the top 19 bits).
+    // The add carries into the sign only for a NaN with a large payload (CUDA's 0x7fffffff among them),
+    // which keeps its bits instead: a NaN stays a NaN.
+    __device__ static __forceinline__ uint32_t tf32(float a) {
+        const uint32_t u = __float_as_uint(a), r = u + 0x1000u;
+        return (int)(r ^ u) < 0 ? u : r;
+    }
+    // Elements (x, k) and (x, k + 1), k even, as tf32 operand registers.
+    __device__ static __forceinline__ void pair(const float* s, int x, int k, uint32_t& lo, uint32_t& hi) {
+        float a, b;
+        if (KMAJOR) {
+            a = s[k * LD + x];
+            b = s[(k + 1) * LD + x];
+        } else {
+            const float2 v = *reinterpret_cast<const float2*>(s + x * LD + k);
+            a = v.x;
+            b = v.y;
+        }
+        lo = tf32(a);
+        hi = tf32(b);
+    }
+};
+
+// The copies of one operand's K steps, global -> shared: the ROWS x COLS block at src of a row-major matrix
+// (row stride ld). CR / CC: rows / columns may run past the matrix (rows_left, cols_left from the
+// block's origin; cp.async writes zeros there). vec: 16-byte copies (the columns, the stride and the pointer
+// allow them; cols_left is then a multiple of 4, so a chunk is wholly inside or outside); else one element
+// a copy, in a loop (odd or unaligned rows, rare). A thread's 16-byte copies are its first one plus
+// compile-time offsets, so a step's addresses are one pointer and immediates.
+template <typename T, class L, int THREADS, bool CR, bool CC>
+struct gc_tc_operand {
+    static constexpr int ROWS = L::ROWS, COLS = L::COLS, LD = L::LD, CPR = COLS / 4;   // chunks a row
+    static constexpr int PER = ROWS * CPR / THREADS, DR = THREADS / CPR;           // a thread's chunks, rows apart
+    static_assert(sizeof(T) == 4 && COLS % 4 == 0 && THREADS % CPR == 0 && ROWS % DR == 0,
+                  "gc_gemm: tf32 pipelined tile: a step's chunks do not share out over the threads");
+    const T* from;   // this thread's first chunk (vec) at K step 0
+    const T* base;   // the block's origin at K step 0 (element copies)
+    long long ld;
+    int r1, c1, rows_left, cols_left;
+    bool vec;
+
+    __device__ __forceinline__ gc_tc_operand(const T* src, long long ld_, int rows_left_, int cols_left_, bool vec_)
+        : base(src), ld(ld_), rows_left(rows_left_), cols_left(cols_left_), vec(vec_) {
+        r1 = threadIdx.x / CPR;
+        c1 = threadIdx.x % CPR * 4;
+        from = src + r1 * ld + c1;
+    }
+
+    // The step whose block starts `dr` rows / `dc` columns further (the K advance: k-major rows, x-major
+    // columns), with rows_left / cols_left reduced by as much, into s.
+    __device__ __forceinline__ void copy(T* s, int dr, int dc) const {
+        const int rl = rows_left - dr, cl = cols_left - dc;
+        if (vec) {
+            const T* f = from + dr * ld + dc;
+            T* d = s + r1 * LD + c1;
+#pragma unroll
+            for (int i = 0; i < PER; i++) {
+                const bool live = (!CR || r1 + i * DR < rl) && (!CC || c1 < cl);
+                gc_cp_async<16>(d + i * DR * LD, live ? f + i * DR * ld : base, live);
+            }
+        } else {
+            const T* f = base + dr * ld + dc;
+#pragma unroll 1
+            for (int e = threadIdx.x; e < ROWS * COLS; e += THREADS) {
+                const int r = e / COLS, c = e % COLS;
+                const bool live = (!CR || r < rl) && (!CC || c < cl);
+                gc_cp_async<4>(s + r * LD + c, live ? f + r * ld + c : base, live);
+            }
+        }
+    }
+};
+
+// Shared memory of a tile (floats): STAGES steps of A and B as laid out for the transposes; split: then the
+// partial BM x BN tile.
+template <bool TA, bool TB, class Tile>
+struct gc_tc_smem {
+    typedef gc_tc_layout<Tile::BK, Tile::BM, TA> LA;
+    typedef gc_tc_layout<Tile::BK, Tile::BN, !TB> LB;
+    static constexpr int STAGE = LA::SIZE + LB::SIZE;
+    static constexpr size_t pipe = (size_t)Tile::STAGES * STAGE * 4;
+    static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)Tile::BM * Tile::BN * 4 : 0;
+    static constexpr size_t bytes = pipe > red ? pipe : red;
+};
+
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+__global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS <= 128 ? 2 : 1)
+gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
+    constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
+    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
+    static_assert(Tile::TF32 && sizeof(T) == 4 && ST >= 2, "gc_gemm: tensor-core pipelined tiles are tf32, 2+ stages");
+    static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
+    static_assert(BM % TM == 0 && BN % TN == 0 && TM % 16 == 0 && TN % 8 == 0, "gc_gemm: warp tile not 16 x 8 mma tiles");
+    typedef gc_tc_smem<TA, TB, Tile> Smem;
+    typedef typename Smem::LA LA;
+    typedef typename Smem::LB LB;
+    static_assert(Smem::bytes <= 227 * 1024, "gc_gemm: tf32 pipelined tile needs over 227 KB of shared memory");
+    extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
+    T* smem = reinterpret_cast<T*>(gc_dynamic_smem);
+    gc_wait_prior();
+
+    typedef gc_gemm_block<T, TA, TB, Tile> Block;
+    constexpr bool EM = Block::EM, EN = Block::EN, EK = Block::EK;
+    const Block g(p);
+    const T* __restrict__ A = p.A + g.b * p.sa;
+    const T* __restrict__ B = p.B + g.b * p.sb;
+    T* __restrict__ C = p.C + g.b * p.sc;
+
+    // A's block: (BK x BM) at (k_begin, m0) of A stored (K, M) with TA, else (BM x BK) at (m0, k_begin) of A
+    // (M, K); B's: (BK x BN) at (k_begin, n0) of B (K, N), or (BN x BK) at (n0, k_begin) with TB.
+    const int kl = g.k_end - g.k_begin;
+    typedef gc_tc_operand<T, LA, THREADS, TA ? !EK : !EM, TA ? !EM : !EK> OperandA;
+    typedef gc_tc_operand<T, LB, THREADS, !TB ? !EK : !EN, !TB ? !EN : !EK> OperandB;
+    const OperandA oa(TA ? A + (size_t)g.k_begin * g.M + g.m0 : A + (size_t)g.m0 * g.K + g.k_begin, TA ? g.M : g.K,
+                      TA ? kl : g.M - g.m0, TA ? g.M - g.m0 : kl, g.va);
+    const OperandB ob(!TB ? B + (size_t)g.k_begin * g.N + g.n0 : B + (size_t)g.n0 * g.K + g.k_begin, TB ? g.K : g.N,
+                      !TB ? kl : g.N - g.n0, !TB ? g.N - g.n0 : kl, g.vb);
+    auto load = [&](int buf, int kt) {   // K step kt into buffer buf
+        const int dk = kt * BK;
+        T* s = smem + buf * Smem::STAGE;
+        oa.copy(s, TA ? dk : 0, TA ? 0 : dk);
+        ob.copy(s + LA::SIZE, !TB ? dk : 0, !TB ? 0 : dk);
+    };
+
+    // Warp (wm, wn) owns a TM x TN tile: (TM / 16) x (TN / 8) mma tiles; lane = 4 * gid + tig.
+    constexpr int MI = TM / 16, NI = TN / 8, WN = BN / TN, KS = BK / 8;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+    const int wm = warp / WN, wn = warp % WN;
+    float acc[MI][NI][4] = {};
+    uint32_t af[2][MI][4], bf[2][NI][2];
+    // The fragments of k slice [k, k + 8) of the step in buffer `as` (A, then B), tf32-rounded; registers 0 / 2
+    // of A and 0 / 1 of B hold k = 2 tig, 2 tig + 1 (gc_tc_layout).
+    auto fragments = [&](const T* as, int k, uint32_t (*a)[4], uint32_t (*b)[2]) {
+        const T* bs = as + LA::SIZE;
+#pragma unroll
+        for (int i = 0; i < MI; i++) {
+            const int x = wm * TM + i * 16 + gid;
+            LA::pair(as, x, k + 2 * tig, a[i][0], a[i][2]);
+            LA::pair(as, x + 8, k + 2 * tig, a[i][1], a[i][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < NI; j++) LB::pair(bs, wn * TN + j * 8 + gid, k + 2 * tig, b[j][0], b[j][1]);
+    };
+    // The accumulators as runs of 2 consecutive columns at tile coordinates (row, col).
+    auto for_runs = [&](auto&& f) {
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < NI; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) f(wm * TM + i * 16 + gid + 8 * h, wn * TN + j * 8 + 2 * tig, &acc[i][j][2 * h]);
+    };
+
+    // Steps 0..ST-1 start on their way (a group each, empty past the end, so that the count of groups in
+    // flight is the same at every step). At the last k slice of step kt, once step kt + 1 has arrived (all
+    // but the newest ST - 2 groups) and every warp has read its last fragments of step kt (the barrier),
+    // step kt + ST goes into kt's buffer and the first fragments of step kt + 1 are read.
+    for (int s = 0; s < ST; s++) {
+        if (s < g.ktiles) load(s, s);
+        gc_cp_commit();
+    }
+    if constexpr (S == 1 && gc_ep_prefetch<Ep>::value) {   // the functor's operands to L1 meanwhile
+        for_runs([&](int row, int col, float*) {
+            float zero[2];
+            gc_opaque_zero(zero[0]);
+            gc_opaque_zero(zero[1]);
+            gc_gemm_epilogue<2, !EM, !EN>(p.ep, g.b, g.m0 + row, g.n0 + col, g.M, g.N, zero);
+            gc_wait_value(zero[0]);
+            gc_wait_value(zero[1]);
+        });
+    }
+    gc_cp_wait<ST - 1>();
+    __syncthreads();
+    fragments(smem, 0, af[0], bf[0]);
+    int cur = 0;
+    for (int kt = 0; kt < g.ktiles; kt++) {
+        const int next = cur + 1 == ST ? 0 : cur + 1;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            if (ks < KS - 1) {
+                fragments(smem + cur * Smem::STAGE, (ks + 1) * 8, af[(ks + 1) % 2], bf[(ks + 1) % 2]);
+            } else {
+                gc_cp_wait<ST - 2>();
+                __syncthreads();
+                if (kt + ST < g.ktiles) load(cur, kt + ST);
+                gc_cp_commit();
+                fragments(smem + next * Smem::STAGE, 0, af[(ks + 1) % 2], bf[(ks + 1) % 2]);   // past the end: unused
+            }
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < NI; j++) gc_mma_tf32(acc[i][j], af[ks % 2][i], bf[ks % 2][j]);
+        }
+        cur = next;
+    }
+
+    if constexpr (S == 1) {
+        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<2, !EM, !EN>(p.ep, g.b, g.m0 + row, g.n0 + col, g.M, g.N, v); });
+        for_runs([&](int row, int col, T* v) { gc_gemm_store<2, !EM, !EN>(C, g.m0 + row, g.n0 + col, g.M, g.N, v, p.vc); });
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
+#else
+        gc_cp_wait<0>();   // (only empty groups are left, but no copy may land after the partial tile)
+        __syncthreads();   // every warp is past its last reads of the buffers
+        for_runs([&](int row, int col, T* v) { gc_st_run<2>(smem + row * BN + col, v); });
+        gc_gemm_split_reduce<BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc);
+#endif
+    }
+}
+
+// The launch (gc_gemm_launch has checked the shape, made the grid and the cluster attribute): the kernel's
+// dynamic shared memory limit is raised once where the tile needs over 48 KB.
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
+    constexpr size_t smem = gc_tc_smem<TA, TB, Tile>::bytes;
+    static bool raised = false;
+    if (!raised && smem > 48 * 1024)
+        GC_CUDA_TRY(cudaFuncSetAttribute(gc_gemm_tc_kernel<T, TA, TB, Tile, Ep>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    raised = true;
+    return gc_launch_smem(gc_gemm_tc_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, smem, cluster,
+                          Tile::SPLIT > 1, p);
+}
+#endif   // GC_KERNELS
