@@ -659,7 +659,7 @@ struct gc_pipe_smem {
 // steps go through STAGES shared-memory buffers filled by cp.async (STAGES - 1 steps in flight while one is
 // computed, one barrier per step, no registers held for loads); each k's A and B fragments are read while
 // the previous k's FMAs run (two register sets). A warp takes a 4 x 8 patch of the thread grid: a k's
-// reads are 4 vectors of A and 8 of B, one shared-memory wavefront each. Split-K and the epilogue prefetch
+// reads are 4 distinct vectors of A and 8 of B (ncu, b1000 x @ W1: 2.4 shared-memory wavefronts a read). Split-K and the epilogue prefetch
 // as gc_gemm_kernel's.
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
