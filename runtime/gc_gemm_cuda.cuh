@@ -102,10 +102,17 @@ __device__ __forceinline__ void gc_mma_tf32(float* d, const uint32_t* a, const u
 }
 
 // Thread-block clusters (sm_90) in PTX: the cluster barrier (release / acquire: shared-memory writes before
-// it are seen by every block of the cluster after it), this block's rank, and the address of a shared
+// it are seen by every block of the cluster after it; arrive and wait may be apart), this block's rank, and the address of a shared
 // variable in another block of the cluster (a generic pointer that plain loads read).
+__device__ __forceinline__ void gc_cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void gc_cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void gc_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    gc_cluster_arrive();
+    gc_cluster_wait();
 }
 __device__ __forceinline__ unsigned gc_cluster_rank() {
     unsigned r;
@@ -242,6 +249,22 @@ __device__ __forceinline__ void gc_opaque_zero(float& x) { asm("mov.b32 %0, 0;" 
 __device__ __forceinline__ void gc_opaque_zero(double& x) { asm("mov.b64 %0, 0;" : "=d"(x)); }
 __device__ __forceinline__ void gc_wait_value(float x) { asm volatile("" :: "f"(x)); }
 __device__ __forceinline__ void gc_wait_value(double x) { asm volatile("" :: "d"(x)); }
+// That call, at each run of RUN results a thread will store (for_runs(f) calls f(row, col, values) per run
+// at tile coordinates, as the kernels' epilogues do); nothing for functors that do not say prefetch.
+template <int RUN, bool CM, bool CN, typename T, class Ep, class ForRuns>
+__device__ __forceinline__ void gc_gemm_prefetch(const Ep& ep, int b, int m0, int n0, int M, int N,
+                                                 ForRuns&& for_runs) {
+    if constexpr (gc_ep_prefetch<Ep>::value) {
+        for_runs([&](int row, int col, T*) {
+            T zero[RUN];
+#pragma unroll
+            for (int r = 0; r < RUN; r++) gc_opaque_zero(zero[r]);
+            gc_gemm_epilogue<RUN, CM, CN>(ep, b, m0 + row, n0 + col, M, N, zero);
+#pragma unroll
+            for (int r = 0; r < RUN; r++) gc_wait_value(zero[r]);
+        });
+    }
+}
 
 template <int RUN, bool CM, bool CN, typename T>
 __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, const T* v, bool vec) {
@@ -288,6 +311,9 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
             for (int r = 0; r < 4; r++) sum[i][r] += v[r];
         }
     }
+    // No block may leave while another still reads its shared memory: this block's reads are done here, so
+    // it says so before its epilogue and stores (a release after the stores would wait for C's writes).
+    gc_cluster_arrive();
 #pragma unroll
     for (int i = 0; i < PER; i++) {
         int row, col;
@@ -298,7 +324,7 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
         int row, col;
         if (run_at(i, row, col)) gc_gemm_store<4, CM, CN>(C, m0 + row, n0 + col, M, N, sum[i], vc);
     }
-    gc_cluster_sync();   // no block leaves while another still reads its shared memory
+    gc_cluster_wait();
 }
 
 // The block's tile of C at (m0, n0): blocks walk groups of 8 tile rows column by column, so blocks running
@@ -494,16 +520,8 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     };
 
     if (ktiles > 0) load(ga0, gb0, 0);
-    if constexpr (S == 1 && gc_ep_prefetch<Ep>::value) {   // while tile 0 is on its way (split tiles: not yet)
-        for_runs([&](int row, int col, T*) {
-            T zero[RUN];
-#pragma unroll
-            for (int r = 0; r < RUN; r++) gc_opaque_zero(zero[r]);
-            gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, zero);
-#pragma unroll
-            for (int r = 0; r < RUN; r++) gc_wait_value(zero[r]);
-        });
-    }
+    if constexpr (S == 1)   // while tile 0 is on its way (split tiles: not yet)
+        gc_gemm_prefetch<RUN, !EM, !EN, T>(p.ep, b, m0, n0, M, N, for_runs);
     if (ktiles > 0) store(ga0, gb0, 0);
     if (DEEP && ktiles > 1) load(ga1, gb1, 1);
     if (DEEP && ktiles > 2) load(ga0, gb0, 2);
@@ -540,7 +558,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
 
 // ---- the pipelined kernel (tiles with STAGES > 0) -------------------------------------------------------
 // cp.async (sm_80): a SIZE-byte copy from global to shared memory that bypasses registers; a dead copy
-// (live false) writes zeros and reads nothing. Copies are grouped (commit) and waited for by group: all but
+// (live false) writes zeros and reads nothing (its source address may lie outside the matrix). Copies are grouped (commit) and waited for by group: all but
 // the newest N. Before sm_80: a plain copy through a register, and nothing to wait for.
 template <int SIZE>
 __device__ __forceinline__ void gc_cp_async(void* dst, const void* src, bool live) {
@@ -607,14 +625,14 @@ struct gc_pipe_operand {
 #pragma unroll
             for (int i = 0; i < BK / DK; i++) {
                 const bool live = (!CK || k1 + i * DK < k_left) && (!CX || x1 < x_left);
-                gc_cp_async<16>(d + i * DK * LD, live ? f + i * DK * ld : from, live);
+                gc_cp_async<16>(d + i * DK * LD, f + i * DK * ld, live);
             }
         } else if (ALONG) {   // unaligned or odd rows: one element a copy, a loop (rare, registers for the rest)
 #pragma unroll 1
             for (int i = 0; i < BK * X / THREADS; i++) {
                 const int dk = i * THREADS / X, dx = i * THREADS % X;
                 const bool live = (!CK || k1 + dk < k_left) && (!CX || x1 + dx < x_left);
-                gc_cp_async<sizeof(T)>(d + dk * LD + dx, live ? f + dk * ld + dx : from, live);
+                gc_cp_async<sizeof(T)>(d + dk * LD + dx, f + dk * ld + dx, live);
             }
         } else {
 #pragma unroll
@@ -622,7 +640,7 @@ struct gc_pipe_operand {
                 // copy i: (k, x) = (k1 + dk, x1 + dx)
                 const int dk = i * R / X * 8, dx = i * R % X;
                 const bool live = (!CK || k1 + dk < k_left) && (!CX || x1 + dx < x_left);
-                gc_cp_async<sizeof(T)>(d + dk * LD + dx, live ? f + dx * ld + dk : from, live);
+                gc_cp_async<sizeof(T)>(d + dk * LD + dx, f + dx * ld + dk, live);
             }
         }
     }
@@ -641,8 +659,8 @@ struct gc_pipe_smem {
 // steps go through STAGES shared-memory buffers filled by cp.async (STAGES - 1 steps in flight while one is
 // computed, one barrier per step, no registers held for loads); each k's A and B fragments are read while
 // the previous k's FMAs run (two register sets). A warp takes a 4 x 8 patch of the thread grid: a k's
-// reads are 4 vectors of A and 8 of B, one shared-memory wavefront each. Split-K as gc_gemm_kernel's; no
-// epilogue prefetch.
+// reads are 4 distinct vectors of A and 8 of B (ncu, b1000 x @ W1: 2.4 shared-memory wavefronts a read). Split-K and the epilogue prefetch
+// as gc_gemm_kernel's.
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
 gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
@@ -700,6 +718,15 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
         if (s < g.ktiles) load(s, s);
         gc_cp_commit();
     }
+    // The accumulators as runs of 4 columns at tile coordinates (row, col); the epilogue prefetch while the
+    // first steps are on their way (split tiles: not yet).
+    auto for_runs = [&](auto&& f) {
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
+    };
+    if constexpr (S == 1) gc_gemm_prefetch<4, !Block::EM, !Block::EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
     gc_cp_wait<ST - 1>();
     __syncthreads();
     fragments(smem, 0, a[0], bv[0]);
@@ -725,12 +752,6 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
         cur = next;
     }
 
-    auto for_runs = [&](auto&& f) {
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
-    };
     if constexpr (S == 1) {
         for_runs([&](int row, int col, T* v) {
             gc_gemm_epilogue<4, !Block::EM, !Block::EN>(p.ep, g.b, g.m0 + row, g.n0 + col, g.M, g.N, v);

@@ -207,22 +207,50 @@ def test_choose_tile_errors_and_candidates():
         assert tile in TILES["fp32"] and split in tile.splits() and 1000 >= 2 * split * tile.bk
 
 
+def test_sweep_calibrates_on_the_gemms_as_the_step_runs_them():
+    """The sweep times every candidate with the epilogue the step fuses into that GEMM, and the calibration
+    takes the fastest of those (a GEMM with no epilogue: of the plain timings)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gemm_bench", Path(__file__).resolve().parent.parent / "bench" / "gemm_bench.py")
+    gb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gb)
+    cases = gb.bench_cases(sweep=True)
+    dh1 = [c for c in cases if c["name"] == "b1000 bwd  dh1 = g2 W2^T" and c["precision"] == "fp32"]
+    assert {c["epilogue"] for c in dh1 if not c["chosen"]} == {"relu_mask"} and len(dh1) > 10
+    assert {c["epilogue"] for c in cases if c["name"] == "b1000 bwd  dW1 = x^T g1"} == {"none"}
+    pipe, plain = TILES["fp32"][10].c_type(1, 1000, 256, 100), TILES["fp32"][3].c_type(1, 1000, 256, 100)
+    row = lambda tile, ep, us, name="dh1", k=100: dict(name=name, m=1000, n=256, k=k, ta=0, tb=1, precision="fp32",  # noqa: E731
+                                                       epilogue=ep, tile=tile, own_us=us)
+    # the plain pipelined tile is faster, the register-staged one is faster with the mask: the latter wins
+    rows = [row(pipe, "none", 4.0), row(pipe, "relu_mask", 4.6), row(plain, "relu_mask", 4.5),
+            row(pipe, "none", 9.0, "other", 300), row(plain, "none", 8.0, "other", 300)]
+    best = {e["k"]: (e["tile"], e["us"]) for e in gb.calibrate({"gpu": "x", "commit": "y", "rows": rows})["measured"]}
+    assert best == {100: (TILES["fp32"][3].name, 4.5), 300: (TILES["fp32"][3].name, 8.0)}
+
+
 def test_every_tile_compiles_with_nvcc(tmp_path):
     """Compile-only: each catalogue tile, in all four transpose cases and with each split it supports, for a
     static shape that no tile divides (all bounds checks present), spills at most 16 bytes of registers
-    (the 128 x 128 tf32 tile does, by 8 to 16 bytes, with every bounds check in; more would be slow)."""
+    (the 128 x 128 tf32 tile does, by 8 to 16 bytes, with every bounds check in; more would be slow).
+    Each tile also with an epilogue that reads an operand and says prefetch (the ReLU mask of dh1)."""
     if not shutil.which("nvcc"):
         pytest.skip("nvcc is not installed")
     lines = ['#include "gc_runtime.h"', '#include "gc_gemm.h"', '#include "gc_gemm_cuda.cuh"',
              '#include "gc_gemm_tc.cuh"',
+             "struct ep_mask {",
+             "    static constexpr bool prefetch = true;",
+             "    const float* aux;",
+             "    GC_HD float operator()(int, int m, int n, float acc) const { return aux[m * 999 + n] > 0.f ? acc : 0.f; }",
+             "};",
              "int instantiate(const float* a, const float* b, float* c) {"]
     for precision, tiles in {**TILES, "large": [LARGE_TILE], "tc": [TC_LARGE_TILE]}.items():
         for tile in tiles:
-            variants = [(ta, tb, 1) for ta in (False, True) for tb in (False, True)]
-            variants += [(True, False, s) for s in tile.splits() if s > 1]
-            for ta, tb, split in variants:
+            variants = [(ta, tb, 1, "gc_ep_store{}") for ta in (False, True) for tb in (False, True)]
+            variants += [(True, False, s, "gc_ep_store{}") for s in tile.splits() if s > 1]
+            variants += [(False, True, 1, "ep_mask{a}")]
+            for ta, tb, split, ep in variants:
                 lines.append(f"    GC_TRY((gc_gemm<float, {str(ta).lower()}, {str(tb).lower()}, "
-                             f"{tile.c_type(split, 1000, 999, 777)}>(a, b, c, 1000, 999, 777, gc_ep_store{{}})));")
+                             f"{tile.c_type(split, 1000, 999, 777)}>(a, b, c, 1000, 999, 777, {ep})));")
     lines.append("    return GC_OK;\n}")
     src = tmp_path / "tiles.cu"
     src.write_text("\n".join(lines))
