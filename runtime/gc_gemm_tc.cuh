@@ -187,16 +187,8 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
         if (s < g.ktiles) load(s, s);
         gc_cp_commit();
     }
-    if constexpr (S == 1 && gc_ep_prefetch<Ep>::value) {   // the functor's operands to L1 meanwhile
-        for_runs([&](int row, int col, float*) {
-            float zero[2];
-            gc_opaque_zero(zero[0]);
-            gc_opaque_zero(zero[1]);
-            gc_gemm_epilogue<2, !EM, !EN>(p.ep, g.b, g.m0 + row, g.n0 + col, g.M, g.N, zero);
-            gc_wait_value(zero[0]);
-            gc_wait_value(zero[1]);
-        });
-    }
+    if constexpr (S == 1)   // the functor's operands to L1 meanwhile
+        gc_gemm_prefetch<2, !EM, !EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
     gc_cp_wait<ST - 1>();
     __syncthreads();
     fragments(smem, 0, af[0], bf[0]);
