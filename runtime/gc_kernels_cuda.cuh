@@ -98,16 +98,12 @@ struct gc_row_input {
 // rows are staged in shared memory (read alike by a warp), thread c of a group owns the R rows of a few
 // columns: 4 neighbouring ones, B's rows read as 16-byte vectors (B is K x N), or one, B's rows read 4 k at a
 // time (TB); G = GC_BLOCK / (threads a row's columns take), fewer where the partials would pass 16 KB.
-// S > 1 (N > 32 only): the block computes slice `slice` of S of the column (vector)s, the other blocks of its
-// cluster the others, so each block reads 1/S of B (threads then take the slice's columns, the K groups the
-// rest of the block). Every sum has a fixed order: results are the same run to run.
-template <typename T, bool TB, int M, int N, int K, int R, int S, typename AL, typename Ep>
-__device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0, int slice) {
+// Every sum has a fixed order: results are the same run to run.
+template <typename T, bool TB, int M, int N, int K, int R, typename AL, typename Ep>
+__device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0) {
     constexpr int WARPS = GC_BLOCK / 32;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if constexpr (N <= 32) {
-        static_assert(S == 1, "a row GEMM of N <= 32 is not split by columns");
-        (void)slice;
         constexpr int G = R >= WARPS ? 1 : WARPS / R;
         __shared__ T partial[G > 1 ? G * R * 32 : 1];
         const int g = G > 1 ? warp / R : 0;
@@ -157,20 +153,18 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
         auto at = [&](int r, int k) -> T { return STAGE ? arow[r * K + k] : a(min(row0 + r, M - 1), k); };
         // B moves in vectors of V along its contiguous dimension: columns (B is K x N) or k (B is N x K, TB)
         constexpr int V = (TB ? K : N) % 4 == 0 ? 4 : 1;
-        constexpr int W = TB ? 1 : V;                                // columns per thread (vector)
-        constexpr int NV = TB ? N : (N + V - 1) / V;                 // the column (vector)s
-        constexpr int NVS = (NV + S - 1) / S, NS = NVS * W;          // a slice's vectors, columns
-        // threads a row's columns take: a multiple of a warp, or (a slice of a cluster) the slice's few
-        constexpr int NC = S > 1 && NVS < 32 ? NVS : (NVS + 31) / 32 * 32 < GC_BLOCK ? (NVS + 31) / 32 * 32 : GC_BLOCK;
-        constexpr int GT = GC_BLOCK / NC, GS = 4096 / (R * NS) > 1 ? 4096 / (R * NS) : 1;
+        constexpr int NV = TB ? N : (N + V - 1) / V;                 // a thread's column (vector)s
+        constexpr int NC = (NV + 31) / 32 * 32 < GC_BLOCK ? (NV + 31) / 32 * 32 : GC_BLOCK;
+        constexpr int GT = GC_BLOCK / NC, GS = 4096 / (R * N) > 1 ? 4096 / (R * N) : 1;
         constexpr int G = GT < GS ? GT : GS;                         // K groups (their partials: <= 16 KB)
         constexpr int KG = ((K + G - 1) / G + V - 1) / V * V;        // a group's share of K (TB: whole vectors)
-        __shared__ T partial[G > 1 ? G * R * NS : 1];
+        __shared__ T partial[G > 1 ? G * R * N : 1];
         const int c = threadIdx.x % NC, g = threadIdx.x / NC;
-        const int k0 = g * KG, k1 = min(K, k0 + KG), v0 = slice * NVS;
+        const int k0 = g * KG, k1 = min(K, k0 + KG);
         if (g < G) {
-            for (int cv = c; cv < (NVS + NC - 1) / NC * NC; cv += NC) {
-                const int j = min(v0 + cv, NV - 1);   // (vectors past the slice: computed again, not stored)
+            for (int cv = c; cv < (NV + NC - 1) / NC * NC; cv += NC) {
+                const int j = min(cv, NV - 1);   // (vectors past the last: computed again, not stored)
+                constexpr int W = TB ? 1 : V;      // columns per thread
                 T acc[R][W];
 #pragma unroll
                 for (int r = 0; r < R; r++)
@@ -192,14 +186,14 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
                         }
                     }
                 }
-                if (cv < NVS && v0 + cv < NV) {
+                if (cv < NV) {
 #pragma unroll
                     for (int r = 0; r < R; r++)
 #pragma unroll
                         for (int w = 0; w < W; w++) {
                             const int n = j * W + w;
                             if (n >= N) continue;
-                            if (G > 1) partial[(g * R + r) * NS + cv * W + w] = acc[r][w];
+                            if (G > 1) partial[(g * R + r) * N + n] = acc[r][w];
                             else if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, acc[r][w]);
                         }
                 }
@@ -207,11 +201,10 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
         }
         if constexpr (G > 1) {
             __syncthreads();
-            for (int t = threadIdx.x; t < R * NS; t += GC_BLOCK) {
-                const int r = t / NS, n = v0 * W + t % NS;
-                if (n >= N) continue;
+            for (int t = threadIdx.x; t < R * N; t += GC_BLOCK) {
+                const int r = t / N, n = t % N;
                 T v = 0;
-                for (int h = 0; h < G; h++) v += partial[(h * R + r) * NS + t % NS];
+                for (int h = 0; h < G; h++) v += partial[(h * R + r) * N + n];
                 if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, v);
             }
         }

@@ -32,13 +32,6 @@ BLOCK = 256                      # threads per block of every fused kernel (GC_B
 # 24.2 us with a row a block (128 blocks), 25.0 with 2; at batch 1000 62.2 with 8 rows (125 blocks), 59.2 with 4.
 CHAIN_BLOCKS = 256
 CHAIN_MAX_ROWS = 8
-# A chain's GEMM stages of N > 32 (chain_cluster): a cluster of up to CHAIN_CLUSTER blocks shares its rows, each
-# block computing a slice of the columns for all of them (1/cluster of B read per block: every block of a
-# chain reading all of B is L2 traffic, 128 blocks x 2 x W2's 100 KB at batch 128), while N <= 32 stages and
-# rows stages keep a block's own rows; a cluster barrier between stages. At most CHAIN_CLUSTER_ROWS rows a
-# cluster (a split stage's accumulators: rows x 4 registers a thread).
-CHAIN_CLUSTER = 8
-CHAIN_CLUSTER_ROWS = 16
 VECTOR = 4                       # elements per vector access of a map kernel (16 bytes of float32)
 GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
 
@@ -118,15 +111,6 @@ def chain_rows(m: int, cap: int) -> int:
     while rows * 2 <= cap and -(-m // rows) > CHAIN_BLOCKS:
         rows *= 2
     return rows
-
-
-def chain_cluster(blocks: int, rows: int) -> int:
-    """Blocks per cluster of a chain of `blocks` blocks of `rows` rows: the most (a power of two, at most
-    CHAIN_CLUSTER and CHAIN_CLUSTER_ROWS rows) that divide the blocks (every block of a cluster is launched)."""
-    cluster = 1
-    while cluster * 2 <= CHAIN_CLUSTER and cluster * 2 * rows <= CHAIN_CLUSTER_ROWS and blocks % (cluster * 2) == 0:
-        cluster *= 2
-    return cluster
 
 
 def c_name(node: Node, index: int) -> str:
@@ -237,7 +221,6 @@ class Lowering:
         rows = chain_rows(m, cap)
         if -(-m // rows) > 8192:
             return None
-        cluster = chain_cluster(-(-m // rows), rows) if any(gemm_of(x) and gemm_of(x)[0].shape[-1] > 32 for x in stages) else 1
         values, details, groups, what = [], [], [], []
         for i, node in enumerate(stages):
             gemm = gemm_of(node)
@@ -250,8 +233,7 @@ class Lowering:
                 else:
                     v = self.gemm(matmul, (a, b), self.pointer(node, const=False), None)
                 v["gemm"] = True
-                v["split"] = cluster > 1 and v["n"] > 32     # the cluster's rows, a slice of the columns
-                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']}" + (" split" if v["split"] else ""))
+                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']}")
             else:
                 v = GroupCode(self, node.attrs["group"]).segment(f"{self.name}_s{i}", per=rows, split=True)
                 v["gemm"] = False
@@ -263,9 +245,8 @@ class Lowering:
             groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
         text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
         fused = [g for node, g in zip(stages, groups) if node.op == "fused"]
-        return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block"
-                      f"{f', clusters of {cluster}' if cluster > 1 else ''}: {text}",
-                      {"stages": values, "rows": rows, "blocks": -(-m // rows), "m": m, "cluster": cluster,
+        return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
+                      f"{text}", {"stages": values, "rows": rows, "blocks": -(-m // rows), "m": m,
                                   "rows_input": any(v.get("rows") for v in values)},
                       details, fused[0] if fused else None,
                       reads=sorted(set(r for x in reads + own_reads for r in x)),
