@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import DataError
+from .graph import MAX_NDIM
 
 MAGIC = b"GCKPT\0\0\0"
 VERSION = 2
@@ -131,6 +132,8 @@ def decode(data: bytes, path: str = "<bytes>") -> Checkpoint:
         (length,) = take("<H", "name length")
         name = bytes(take(f"<{length}s", "name")[0]).decode(errors="replace")
         code, ndim = take("<BB", "dtype")
+        if ndim > MAX_NDIM:   # no variable has more (numpy could not even hold some counts)
+            raise DataError(f"{path}: byte {start}: tensor {name!r}: {ndim} dimensions, at most {MAX_NDIM}")
         dims = take(f"<{ndim}Q", "dims")
         (nbytes,) = take("<Q", "byte count")
         if code not in DTYPES:

@@ -103,6 +103,10 @@ def test_python_reader_checks_the_files_own_consistency(tmp_path):
     (tmp_path / "b.ckpt").write_bytes(resealed(twice))
     with pytest.raises(gc.DataError, match=r"tensor 'a' appears twice"):
         gc.read_checkpoint(tmp_path / "b.ckpt")
+    deep = ck.encode(ck.Checkpoint({"d": np.zeros((1,) * 9, dtype=np.float32)}, 7))   # a fuzzer's header said 50
+    (tmp_path / "c.ckpt").write_bytes(deep)
+    with pytest.raises(gc.DataError, match=r"c.ckpt: byte 72: tensor 'd': 9 dimensions, at most 8"):
+        gc.read_checkpoint(tmp_path / "c.ckpt")
 
 
 def test_paths_that_are_not_files(model, tmp_path):
