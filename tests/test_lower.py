@@ -257,9 +257,13 @@ def test_a_chain_reads_the_image_input_in_place():
     assert "gc_row_input{rows, 16}" in src.source
 
 
-def test_a_tf32_gemm_is_no_chain():
-    src = compile_program(heads()[0], "cuda", precision="tf32")
-    assert not [k for k in src.kernels["eval"] if k.kind == "chain"]
+def test_tf32_programs_chain_their_small_gemms_in_fp32():
+    # the chain's row GEMMs compute in fp32 (gc_row_gemm has no tf32 form); x @ W1 outside keeps a tf32 tile
+    fp32, tf32 = (compile_program(mlp_program(128), "cuda", precision=p) for p in ("fp32", "tf32"))
+    assert chain_shapes(tf32.kernels["train"]) == chain_shapes(fp32.kernels["train"])
+    assert [k.kind for k in tf32.kernels["train"]] == [k.kind for k in fp32.kernels["train"]]
+    tf32_field = [int(k.values["tile"].split("<")[1].split(",")[5]) for k in tf32.kernels["train"] if k.kind == "matmul"]
+    assert tf32_field == [1, 1, 1, 1]   # gc_tile's TF32: x @ W1 and the weight gradients keep tensor cores
 
 
 def wide_chains():
