@@ -47,7 +47,7 @@ class Kernel:
     group: str | None = None     # the fused group it computes (fuse.py), e.g. "g3"
     reads: list = field(default_factory=list)    # arena byte ranges [start, end) it reads
     writes: list = field(default_factory=list)   # and writes (streams.py orders kernels by them)
-    fused: list = field(default_factory=list)    # other groups it computes (a classifier head's GEMM)
+    fused: list = field(default_factory=list)    # other groups it computes (a chain's stages after the first)
 
 
 def c_literal(value, dtype: str) -> str:
@@ -164,10 +164,10 @@ class Lowering:
         kind, values = method(node)
         reads, writes = self.ranges(node.inputs), self.ranges(step_writes(node)) + workspaces(values)
         if node.op != "fused":
-            return Kernel(kind, c_name(node, index), f"{self.direction}: {describe(node)}", values,
+            return Kernel(kind, self.name, f"{self.direction}: {describe(node)}", values,
                           reads=reads, writes=writes)
         group = node.attrs["group"]
-        return Kernel(kind, c_name(node, index), f"{self.direction}: {group.describe()} {group.kind}: "
+        return Kernel(kind, self.name, f"{self.direction}: {group.describe()} {group.kind}: "
                       f"{group.kernel_text()}", values, [describe(m) for m in group.members], group.describe(),
                       reads=reads, writes=writes)
 
@@ -221,7 +221,8 @@ class Lowering:
             else:
                 cap = min(cap, threads(node.attrs["group"].layout)[0])
         rows = chain_rows(m, cap)
-        if -(-m // rows) > 8192:
+        blocks = -(-m // rows)
+        if blocks > 8192:
             return None
         values, details, groups, what = [], [], [], []
         for i, node in enumerate(stages):
@@ -239,7 +240,7 @@ class Lowering:
             else:
                 v = GroupCode(self, node.attrs["group"]).segment(f"{self.name}_s{i}", per=rows, split=True)
                 v["gemm"] = False
-                assert v["blocks"] == -(-m // rows)
+                assert v["blocks"] == blocks
                 what.append(f"{node.attrs['group'].kind} {m}x{node.attrs['group'].layout.domain[1]}")
             values.append(v)
             members = node.attrs["group"].members if node.op == "fused" else [node]
@@ -248,7 +249,7 @@ class Lowering:
         text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
         fused = [g for node, g in zip(stages, groups) if node.op == "fused"]
         return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
-                      f"{text}", {"stages": values, "rows": rows, "blocks": -(-m // rows), "m": m,
+                      f"{text}", {"stages": values, "rows": rows, "blocks": blocks, "m": m,
                                   "rows_input": any(v.get("rows") for v in values)},
                       details, fused[0] if fused else None,
                       reads=sorted(set(r for x in reads + own_reads for r in x)),

@@ -159,8 +159,8 @@ def rows_bytes(x: Node) -> int:
 def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, str]:
     """Whether the trainer's image input x can be read through batch rows (no buffer of its values): every
     step of every schedule that reads it is a 2-D float GEMM reading it as A, and only there (not as B, not
-    in the GEMM's epilogue), and its rows are a multiple of 4 elements. A stored row of A is then a batch row whether or not A is transposed. Returns
-    the answer and a line for `gcompile inspect`."""
+    in the GEMM's epilogue), and its rows are a multiple of 4 elements. A stored row of A is then a batch row
+    whether or not A is transposed. Returns the answer and a line for `gcompile inspect`."""
     if x is None:
         return False, ""
     for name, order in schedules.items():
