@@ -20,11 +20,7 @@ struct gc_cpu_matrix {
 struct gc_cpu_rows {
     gc_rows rows;
     long long ld;
-    double operator()(int, size_t r, size_t c) const {
-        const long long at = (long long)(rows.index ? rows.index[r] : r) * ld + (long long)c;
-        return rows.u8 ? (double)gc_pixel(((const uint8_t*)rows.source)[at], rows.scale)
-                       : (double)((const float*)rows.source)[at];
-    }
+    double operator()(int, size_t r, size_t c) const { return gc_rows_at(rows, (int64_t)r, ld, (int64_t)c); }
 };
 
 template <typename T, bool TA, bool TB, class Tile, class Ep, class AT>

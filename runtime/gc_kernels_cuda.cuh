@@ -85,11 +85,21 @@ struct gc_row_matrix {
 struct gc_row_input {
     gc_rows rows;
     int k;
-    __device__ float operator()(int m, int c) const {
-        const int64_t at = (int64_t)(rows.index ? rows.index[m] : (uint32_t)m) * k + c;
-        return rows.u8 ? gc_pixel(((const uint8_t*)rows.source)[at], rows.scale) : ((const float*)rows.source)[at];
-    }
+    __device__ float operator()(int m, int c) const { return gc_rows_at(rows, m, k, c); }
 };
+
+// The end of gc_row_gemm where G groups of threads each summed a share of K: row r, column n of group h's
+// sums is partial[(h * R + r) * LD + n]; they are added in group order, the epilogue applied and C stored.
+template <typename T, int M, int N, int R, int G, int LD, typename Ep>
+__device__ __forceinline__ void gc_row_gemm_sum(const T* partial, T* C, const Ep& ep, int row0) {
+    __syncthreads();
+    for (int t = threadIdx.x; t < R * N; t += GC_BLOCK) {
+        const int r = t / N, n = t % N;
+        T v = 0;
+        for (int h = 0; h < G; h++) v += partial[(h * R + r) * LD + n];
+        if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, v);
+    }
+}
 
 // Rows row0 .. row0 + R - 1 of C = ep(A @ op(B)) (M x N, K), by the block: each of G groups of threads sums a
 // share of K, the groups' sums are added in group order (shared memory), the epilogue applied and C stored.
@@ -133,15 +143,7 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
                 C[(int64_t)(row0 + r) * N + lane] = ep(0, row0 + r, lane, mine);
             }
         }
-        if constexpr (G > 1) {
-            __syncthreads();
-            for (int t = threadIdx.x; t < R * N; t += GC_BLOCK) {
-                const int r = t / N, n = t % N;
-                T v = 0;
-                for (int h = 0; h < G; h++) v += partial[(h * R + r) * 32 + n];
-                if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, v);
-            }
-        }
+        if constexpr (G > 1) gc_row_gemm_sum<T, M, N, R, G, 32>(partial, C, ep, row0);
     } else {
         // A's rows in shared memory (every thread reads all of them), when they are short
         constexpr bool STAGE = R * K <= 2048;
@@ -201,15 +203,7 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
                 }
             }
         }
-        if constexpr (G > 1) {
-            __syncthreads();
-            for (int t = threadIdx.x; t < R * N; t += GC_BLOCK) {
-                const int r = t / N, n = t % N;
-                T v = 0;
-                for (int h = 0; h < G; h++) v += partial[(h * R + r) * N + n];
-                if (row0 + r < M) C[(int64_t)(row0 + r) * N + n] = ep(0, row0 + r, n, v);
-            }
-        }
+        if constexpr (G > 1) gc_row_gemm_sum<T, M, N, R, G, N>(partial, C, ep, row0);
     }
 }
 

@@ -429,6 +429,14 @@ typedef struct {
 // row loaders (both targets) convert with it, so that rows read in place are the values a gather gives.
 GC_HD static inline float gc_pixel(unsigned u, float scale) { return (float)u * scale; }
 
+// Element c of batch row r as the steps see it: row index[r] (r without indices) of a source of `ld`
+// elements a row, uint8 converted by gc_pixel. The element-wise readers of rows read in place use it (a
+// chain's row GEMM, the cpu GEMM); the tiled GEMMs' loader moves runs of 4 and converts them as it stores.
+GC_HD static inline float gc_rows_at(const gc_rows& rows, int64_t r, int64_t ld, int64_t c) {
+    const int64_t at = (int64_t)(rows.index ? rows.index[r] : (uint32_t)r) * ld + c;
+    return rows.u8 ? gc_pixel(((const uint8_t*)rows.source)[at], rows.scale) : ((const float*)rows.source)[at];
+}
+
 #if GC_KERNELS0
 GC_SHARED gc_rows* gc_batch_input(void) {
     static thread_local gc_rows now = {NULL, NULL, 1, 0};
