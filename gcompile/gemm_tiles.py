@@ -8,7 +8,7 @@
 The choice:
   0. large float32 fp32 problems (`is_large`: every side >= 1024, a block for at least 7/8 of the SMs) get
      LARGE_TILE, the pipelined kernel's (gc_gemm_pipe_kernel); large float32 tf32 problems get
-     TC_LARGE_TILE, the tensor-core pipeline's (gc_gemm_tc_kernel, `tc_tile`);
+     TC_LARGE_TILE, the tensor-core pipeline's (gc_gemm_tc_kernel) — where A is not read in place;
 otherwise, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supports:
   1. measured: a float32 GEMM whose (m, n, k, transposes, precision, batch) was timed by the sweep
      (`bench/gemm_bench.py --sweep`, every candidate of every swept shape on one GPU, with the epilogue the
@@ -137,15 +137,6 @@ LARGE = 1024
 TC_LARGE_TILE = Tile(128, 128, 32, 64, 64, 1, stages=3)
 
 
-def tc_tile(m: int, n: int, k: int, batch: int = 1, rows: bool = False):
-    """(tile, split) of the tensor-core pipeline for a float32 tf32 GEMM, or None (the register-staged
-    tiles). rows: the trainer runs the tile's sizes in the register-staged kernel (its row loader), which
-    cannot hold TC_LARGE_TILE's buffers."""
-    if is_large(m, n, k, batch) and not rows:
-        return TC_LARGE_TILE, 1
-    return None
-
-
 def is_large(m: int, n: int, k: int, batch: int = 1) -> bool:
     blocks = math.ceil(m / LARGE_TILE.bm) * math.ceil(n / LARGE_TILE.bn) * batch
     return min(m, n, k) >= LARGE and blocks >= SMS * 7 // 8
@@ -225,17 +216,14 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
 
     precision "tf32" picks a tensor-core tile (float GEMMs only; the caller passes "fp32" for others).
     rows: A is the image input read in place (plan_memory.batch_rows). The trainer's launches of it run the
-    register-staged kernel with the tile's sizes (its row loader), so LARGE_TILE, whose 100 KB of pipeline
-    that kernel cannot hold, is not given to it; the small pipelined tiles are (the library's launches,
-    a plain matrix, run them pipelined)."""
+    register-staged kernel with the tile's sizes (its row loader), so LARGE_TILE and TC_LARGE_TILE, whose
+    pipelines that kernel cannot hold, are not given to it; the small pipelined tiles are (the library's
+    launches, a plain matrix, run them pipelined)."""
     check_precision(precision)
     if min(m, n, k, batch) < 0:
         raise GCompileError(f"choose_tile: negative size m={m} n={n} k={k} batch={batch}")
-    if precision == "fp32" and dtype == "float32" and is_large(m, n, k, batch) and not rows:
-        return LARGE_TILE.c_type(1, m, n, k)
-    tc = tc_tile(m, n, k, batch, rows) if precision == "tf32" and dtype == "float32" else None
-    if tc is not None:
-        return tc[0].c_type(tc[1], m, n, k)
+    if dtype == "float32" and is_large(m, n, k, batch) and not rows:
+        return (LARGE_TILE if precision == "fp32" else TC_LARGE_TILE).c_type(1, m, n, k)
     # the sweep times float32 GEMMs: its choices are not given to float64 ones (8 x 8 doubles a thread...)
     measured = (calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
                 if dtype == "float32" else None)
