@@ -369,6 +369,28 @@ struct gc_gemm_block {
     }
 };
 
+// The end of every GEMM kernel, from its accumulators as runs of RUN results at tile coordinates (for_runs):
+// without a split, the epilogue and the stores; with one (sm_90), once free_smem() has made the shared
+// memory free (the register-staged kernel's loop ends at a barrier; the pipelined ones wait for theirs),
+// the partial tile into shared memory and the cluster's sum.
+template <int RUN, int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep, class ForRuns,
+          class FreeSmem>
+__device__ __forceinline__ void gc_gemm_finish(T* smem, const Ep& ep, int b, int m0, int n0, int M, int N, T* C,
+                                               bool vc, ForRuns&& for_runs, FreeSmem&& free_smem) {
+    if constexpr (S == 1) {
+        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<RUN, CM, CN>(ep, b, m0 + row, n0 + col, M, N, v); });
+        for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, CM, CN>(C, m0 + row, n0 + col, M, N, v, vc); });
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
+#else
+        free_smem();
+        for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
+        gc_gemm_split_reduce<BM, BN, S, THREADS, CM, CN>(smem, ep, b, m0, n0, M, N, C, vc);
+#endif
+    }
+}
+
 // RA: A is the image input read in place through row indices or from a uint8 source (p.rows, gc_rows) — a
 // program whose batch gather is fused into its GEMMs. A's stored rows are the batch's rows: M without TA
 // (x @ W), K with TA (x^T @ g). (A float source without indices, the library's input buffer, is a plain
@@ -377,7 +399,7 @@ template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
 gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
-    constexpr int S = Tile::SPLIT, THREADS = Tile::THREADS, W = 16 / sizeof(T);
+    constexpr int S = Tile::SPLIT, THREADS = Tile::THREADS;
     constexpr bool TC = Tile::TF32 != 0;
     static_assert(!TC || sizeof(T) == 4, "gc_gemm: tf32 tiles are for float GEMMs");
     static_assert(BM % TM == 0 && BN % TN == 0 && BK % 8 == 0, "gc_gemm: tile sizes do not divide");
@@ -542,18 +564,8 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
     }
 
-    if constexpr (S == 1) {
-        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<RUN, !EM, !EN>(p.ep, b, m0 + row, n0 + col, M, N, v); });
-        for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, !EM, !EN>(C, m0 + row, n0 + col, M, N, v, p.vc); });
-    } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-        __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
-#else
-        // Partial tiles to shared memory (the loop's last barrier freed it), summed over the cluster.
-        for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
-        gc_gemm_split_reduce<BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc);
-#endif
-    }
+    gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc, for_runs,
+                                                    [] {});   // (the loop's last barrier freed the buffers)
 }
 
 // ---- the pipelined kernel (tiles with STAGES > 0) -------------------------------------------------------
@@ -585,6 +597,45 @@ __device__ __forceinline__ void gc_cp_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 #endif
+}
+
+// The K loop of the pipelined kernels (gc_gemm_pipe_kernel, gc_gemm_tc_kernel), KT steps through ST
+// shared-memory buffers. Steps 0..ST-1 start on their way (load(buf, kt); a group each, empty past the
+// end, so that the count of groups in flight is the same at every step) and meanwhile() runs (the
+// epilogue prefetch). A step is SLICES slices: fragments(buf, slice, set) reads a slice of the step in
+// buffer buf into register set `set` (0 or 1), compute(set) computes one from it; a slice's fragments are
+// read while the previous slice is computed. At the last slice of step kt, once step kt + 1 has arrived
+// (all but the newest ST - 2 groups) and every thread has read its last fragments of step kt (the
+// barrier), step kt + ST goes into kt's buffer and step kt + 1's first fragments are read.
+template <int ST, int SLICES, class Load, class Meanwhile, class Fragments, class Compute>
+__device__ __forceinline__ void gc_pipeline(int ktiles, Load&& load, Meanwhile&& meanwhile, Fragments&& fragments,
+                                            Compute&& compute) {
+    for (int s = 0; s < ST; s++) {
+        if (s < ktiles) load(s, s);
+        gc_cp_commit();
+    }
+    meanwhile();
+    gc_cp_wait<ST - 1>();
+    __syncthreads();
+    fragments(0, 0, 0);
+    int cur = 0;
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int next = cur + 1 == ST ? 0 : cur + 1;
+#pragma unroll
+        for (int k = 0; k < SLICES; k++) {
+            if (k < SLICES - 1) {
+                fragments(cur, k + 1, (k + 1) % 2);
+            } else {
+                gc_cp_wait<ST - 2>();
+                __syncthreads();
+                if (kt + ST < ktiles) load(cur, kt + ST);
+                gc_cp_commit();
+                fragments(next, 0, (k + 1) % 2);   // past the end: unused
+            }
+            compute(k % 2);
+        }
+        cur = next;
+    }
 }
 
 // The K steps of an operand, copied to shared memory k-major: s[k * LD + x] for k < BK, x < X (BM or BN),
@@ -710,65 +761,27 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
         for (int g = 0; g < TN / 4; g++) gc_ld_run<4>(bs + k * LDB + g * 4 * NT + 4 * tx, bv + 4 * g);
     };
 
-    // Steps 0..ST-1 start on their way (a group each, empty past the end, so that the count of groups in
-    // flight is the same at every step). At the last k of step kt, once step kt + 1 has arrived (all but the
-    // newest ST - 2 groups) and every thread has read its last fragments of step kt (the barrier), step
-    // kt + ST goes into kt's buffer.
-    for (int s = 0; s < ST; s++) {
-        if (s < g.ktiles) load(s, s);
-        gc_cp_commit();
-    }
-    // The accumulators as runs of 4 columns at tile coordinates (row, col); the epilogue prefetch while the
-    // first steps are on their way (split tiles: not yet).
+    // The accumulators as runs of 4 columns at tile coordinates (row, col).
     auto for_runs = [&](auto&& f) {
 #pragma unroll
         for (int i = 0; i < TM; i++)
 #pragma unroll
             for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
     };
-    if constexpr (S == 1) gc_gemm_prefetch<4, !Block::EM, !Block::EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
-    gc_cp_wait<ST - 1>();
-    __syncthreads();
-    fragments(smem, 0, a[0], bv[0]);
-    int cur = 0;
-    for (int kt = 0; kt < g.ktiles; kt++) {
-        const int next = cur + 1 == ST ? 0 : cur + 1;
+    // A slice is one k of the step; the epilogue prefetch while the first steps are on their way (split
+    // tiles: not yet).
+    gc_pipeline<ST, BK>(g.ktiles, load, [&] {
+        if constexpr (S == 1) gc_gemm_prefetch<4, !Block::EM, !Block::EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
+    }, [&](int buf, int k, int set) { fragments(smem + buf * STAGE, k, a[set], bv[set]); }, [&](int set) {
 #pragma unroll
-        for (int k = 0; k < BK; k++) {
-            if (k < BK - 1) {
-                fragments(smem + cur * STAGE, k + 1, a[(k + 1) % 2], bv[(k + 1) % 2]);
-            } else {
-                gc_cp_wait<ST - 2>();
-                __syncthreads();
-                if (kt + ST < g.ktiles) load(cur, kt + ST);
-                gc_cp_commit();
-                fragments(smem + next * STAGE, 0, a[(k + 1) % 2], bv[(k + 1) % 2]);   // past the end: unused
-            }
+        for (int i = 0; i < TM; i++)
 #pragma unroll
-            for (int i = 0; i < TM; i++)
-#pragma unroll
-                for (int j = 0; j < TN; j++) acc[i][j] += a[k % 2][i] * bv[k % 2][j];
-        }
-        cur = next;
-    }
-
-    if constexpr (S == 1) {
-        for_runs([&](int row, int col, T* v) {
-            gc_gemm_epilogue<4, !Block::EM, !Block::EN>(p.ep, g.b, g.m0 + row, g.n0 + col, g.M, g.N, v);
-        });
-        for_runs([&](int row, int col, T* v) {
-            gc_gemm_store<4, !Block::EM, !Block::EN>(C, g.m0 + row, g.n0 + col, g.M, g.N, v, p.vc);
-        });
-    } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-        __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
-#else
+            for (int j = 0; j < TN; j++) acc[i][j] += a[set][i] * bv[set][j];
+    });
+    gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc,
+                                                                  for_runs, [] {
         __syncthreads();   // every warp is past its last reads of the buffers
-        for_runs([&](int row, int col, T* v) { gc_st_run<4>(smem + row * BN + col, v); });
-        gc_gemm_split_reduce<BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C,
-                                                                         p.vc);
-#endif
-    }
+    });
 }
 
 // Whether this device launches thread-block clusters (asked once).

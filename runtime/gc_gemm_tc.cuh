@@ -179,54 +179,20 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
                 for (int h = 0; h < 2; h++) f(wm * TM + i * 16 + gid + 8 * h, wn * TN + j * 8 + 2 * tig, &acc[i][j][2 * h]);
     };
 
-    // Steps 0..ST-1 start on their way (a group each, empty past the end, so that the count of groups in
-    // flight is the same at every step). At the last k slice of step kt, once step kt + 1 has arrived (all
-    // but the newest ST - 2 groups) and every warp has read its last fragments of step kt (the barrier),
-    // step kt + ST goes into kt's buffer and the first fragments of step kt + 1 are read.
-    for (int s = 0; s < ST; s++) {
-        if (s < g.ktiles) load(s, s);
-        gc_cp_commit();
-    }
-    if constexpr (S == 1)   // the functor's operands to L1 meanwhile
-        gc_gemm_prefetch<2, !EM, !EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
-    gc_cp_wait<ST - 1>();
-    __syncthreads();
-    fragments(smem, 0, af[0], bf[0]);
-    int cur = 0;
-    for (int kt = 0; kt < g.ktiles; kt++) {
-        const int next = cur + 1 == ST ? 0 : cur + 1;
+    // gc_gemm_cuda.cuh's pipeline: a slice is 8 k of the step (one mma each); the functor's operands go to
+    // L1 while the first steps are on their way (split tiles: not yet).
+    gc_pipeline<ST, KS>(g.ktiles, load, [&] {
+        if constexpr (S == 1) gc_gemm_prefetch<2, !EM, !EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
+    }, [&](int buf, int ks, int set) { fragments(smem + buf * Smem::STAGE, ks * 8, af[set], bf[set]); }, [&](int set) {
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            if (ks < KS - 1) {
-                fragments(smem + cur * Smem::STAGE, (ks + 1) * 8, af[(ks + 1) % 2], bf[(ks + 1) % 2]);
-            } else {
-                gc_cp_wait<ST - 2>();
-                __syncthreads();
-                if (kt + ST < g.ktiles) load(cur, kt + ST);
-                gc_cp_commit();
-                fragments(smem + next * Smem::STAGE, 0, af[(ks + 1) % 2], bf[(ks + 1) % 2]);   // past the end: unused
-            }
+        for (int i = 0; i < MI; i++)
 #pragma unroll
-            for (int i = 0; i < MI; i++)
-#pragma unroll
-                for (int j = 0; j < NI; j++) gc_mma_tf32(acc[i][j], af[ks % 2][i], bf[ks % 2][j]);
-        }
-        cur = next;
-    }
-
-    if constexpr (S == 1) {
-        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<2, !EM, !EN>(p.ep, g.b, g.m0 + row, g.n0 + col, g.M, g.N, v); });
-        for_runs([&](int row, int col, T* v) { gc_gemm_store<2, !EM, !EN>(C, g.m0 + row, g.n0 + col, g.M, g.N, v, p.vc); });
-    } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-        __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
-#else
+            for (int j = 0; j < NI; j++) gc_mma_tf32(acc[i][j], af[set][i], bf[set][j]);
+    });
+    gc_gemm_finish<2, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc, for_runs, [] {
         gc_cp_wait<0>();   // (only empty groups are left, but no copy may land after the partial tile)
         __syncthreads();   // every warp is past its last reads of the buffers
-        for_runs([&](int row, int col, T* v) { gc_st_run<2>(smem + row * BN + col, v); });
-        gc_gemm_split_reduce<BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc);
-#endif
-    }
+    });
 }
 
 // The launch (gc_gemm_launch has checked the shape, made the grid and the cluster attribute): the kernel's
