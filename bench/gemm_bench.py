@@ -62,14 +62,18 @@ SWEEP_SHAPES = [("512^3", 512, 512, 512, 0, 0), ("2048^3", 2048, 2048, 2048, 0, 
 SWEEP_NAMES = {s[0] for s in SWEEP_SHAPES}
 
 
-def bench_cases(quick: bool = False, sweep: bool = False) -> list[dict]:
+def bench_cases(quick: bool = False, sweep: bool = False, tiles: list[str] | None = None,
+                precisions: tuple = ("fp32", "tf32")) -> list[dict]:
+    """The cases to time; with `tiles` (catalogue tile names) the sweep's candidates are those tiles only, at
+    the MLP's shapes only (a partial sweep, for calibrate's merge)."""
     shapes = mlp_gemms(1000) if quick else mlp_gemms(128) + mlp_gemms(1000)
-    shapes = shapes + [("4096^3", 4096, 4096, 4096, 0, 0, "none")]
-    if sweep:
+    if not tiles:
+        shapes = shapes + [("4096^3", 4096, 4096, 4096, 0, 0, "none")]
+    if sweep and not tiles:
         shapes += [(*shape, "none") for shape in SWEEP_SHAPES]
     out = []
     for name, m, n, k, ta, tb, ep in shapes:
-        for precision in ("fp32", "tf32"):
+        for precision in precisions:
             tile = choose_tile(m, n, k, ta, tb, precision)
             for epilogue in dict.fromkeys(["none", ep]):
                 out.append(dict(name=name, m=m, n=n, k=k, ta=ta, tb=tb, precision=precision, epilogue=epilogue,
@@ -77,7 +81,7 @@ def bench_cases(quick: bool = False, sweep: bool = False) -> list[dict]:
             if sweep:   # every other candidate tile, for calibration, as the step runs it (with its epilogue)
                 for _, t, split in candidates(m, n, k, precision):
                     text = t.c_type(split, m, n, k)
-                    if text != tile:
+                    if text != tile and (not tiles or t.name in tiles):
                         out.append(dict(name=name, m=m, n=n, k=k, ta=ta, tb=tb, precision=precision,
                                         epilogue=ep, tile=text, chosen=False))
     return out
@@ -209,9 +213,10 @@ def sweep_summary(rows: list[dict]) -> list[dict]:
     return out
 
 
-def run(quick: bool = False, sweep: bool = False, workdir: str | None = None) -> dict:
+def run(quick: bool = False, sweep: bool = False, workdir: str | None = None, tiles: list[str] | None = None,
+        precisions: tuple = ("fp32", "tf32")) -> dict:
     """Build and run the benchmark on the present GPU; returns the rows, the summary and the machine."""
-    cases = bench_cases(quick, sweep)
+    cases = bench_cases(quick, sweep, tiles, precisions)
     with tempfile.TemporaryDirectory(prefix="gemm_bench_") as tmp:
         work = Path(workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -230,17 +235,20 @@ def run(quick: bool = False, sweep: bool = False, workdir: str | None = None) ->
     for row, case in zip(rows, cases):
         row["chosen"] = case["chosen"]
     result = {"gpu": machine["gpu"], "sms": machine["sms"], "commit": commit(), "rows": rows,
-              "summary": summarize(rows)}
+              "summary": summarize(rows) if not tiles and len(precisions) == 2 else {}}
     if sweep:
         result["sweep"] = sweep_summary(rows)
     return result
 
 
-def calibrate(result: dict) -> dict:
+def calibrate(result: dict, base: dict | None = None) -> dict:
     """gemm_tiles_sm90.json from a --sweep result: the fastest catalogue tile measured for each swept
     (shape, precision) with the epilogue the step fuses into it (every candidate was timed so), and the cost
     model's constants fitted to those timings by non-negative least squares on relative error (see
-    gcompile/gemm_tiles.py)."""
+    gcompile/gemm_tiles.py). base: a calibration to merge a partial sweep (--tiles) into: its fastest tiles
+    of the (shape, precision) pairs swept are replaced by this run's (which timed the old choice too), the
+    rest and its model's constants kept; tiles it has no constants for get theirs fitted, the shared
+    constants held."""
     import numpy as np
     fused = {(r["name"], r["precision"]) for r in result["rows"] if r["epilogue"] != "none"}
     rows = []
@@ -251,6 +259,8 @@ def calibrate(result: dict) -> dict:
         tile = gemm_tiles.Tile(*v[:6], stages=v[10] if len(v) > 10 else 0)
         if tile in gemm_tiles.TILES[r["precision"]]:
             rows.append((r, tile, v[6]))
+    if base is not None:
+        return merge(base, rows, result)
     names = [t.name for ts in gemm_tiles.TILES.values() for t in ts]
     X, y = [], []
     for r, tile, split in rows:
@@ -269,6 +279,12 @@ def calibrate(result: dict) -> dict:
     coef = [round(float(c), 4) for c in coef]
     model = {"f0": coef[-4], "per_block": coef[-3], "split0": coef[-2], "split1": coef[-1],
              "tiles": {name: [coef[i], coef[len(names) + i]] for i, name in enumerate(names)}}
+    return {"gpu": result["gpu"], "commit": result["commit"], "source": "bench/gemm_bench.py --sweep",
+            "model": model, "measured": list(fastest(rows).values())}
+
+
+def fastest(rows) -> dict:
+    """(m, n, k, ta, tb, precision) -> the calibration entry of the fastest of rows [(row, tile, split)]."""
     best = {}
     for r, tile, split in rows:
         key = (r["m"], r["n"], r["k"], r["ta"], r["tb"], r["precision"])
@@ -276,8 +292,39 @@ def calibrate(result: dict) -> dict:
             best[key] = {"m": r["m"], "n": r["n"], "k": r["k"], "trans_a": bool(r["ta"]), "trans_b": bool(r["tb"]),
                          "precision": r["precision"], "batch": 1, "tile": tile.name, "split": split,
                          "us": round(r["own_us"], 3), "name": r["name"]}
-    return {"gpu": result["gpu"], "commit": result["commit"], "source": "bench/gemm_bench.py --sweep",
-            "model": model, "measured": list(best.values())}
+    return best
+
+
+def merge(base: dict, rows, result: dict) -> dict:
+    """calibrate's merge of a partial sweep into base (see there)."""
+    import numpy as np
+    model = json.loads(json.dumps(base["model"]))
+    shared = lambda f: (model["f0"] + model["per_block"] * f["per_sm"] + model["split0"] * f["split"]  # noqa: E731
+                        + model["split1"] * f["split_size"])
+    for name in dict.fromkeys(t.name for ts in gemm_tiles.TILES.values() for t in ts):
+        if name in model["tiles"]:
+            continue
+        own = [(r, split) for r, tile, split in rows if tile.name == name]
+        fs = [(gemm_tiles.features(gemm_tiles.tile_by_name(name), split, r["m"], r["n"], r["k"]), r["own_us"])
+              for r, split in own]
+        if not fs:
+            raise ValueError(f"calibrate: catalogue tile {name} has no constants and was not timed")
+        X = np.array([[f["latency_steps"] / us, f["throughput_steps"] / us] for f, us in fs])
+        y = np.array([max(us - shared(f), 0.0) / us for f, us in fs])
+        try:
+            from scipy.optimize import nnls
+            coef, _ = nnls(X, y)
+        except ImportError:
+            coef = np.clip(np.linalg.lstsq(X, y, rcond=None)[0], 0, None)
+        model["tiles"][name] = [round(float(c), 4) for c in coef]
+    best = fastest(rows)
+    measured = []
+    for e in base["measured"]:
+        key = (e["m"], e["n"], e["k"], int(e["trans_a"]), int(e["trans_b"]), e["precision"])
+        measured.append(best.pop(key, e))
+    measured += best.values()
+    return {"gpu": base["gpu"], "commit": f"{base['commit']}; merged: {result['commit']} on {result['gpu']}",
+            "source": base["source"] + " + --sweep --tiles", "model": model, "measured": measured}
 
 
 def commit() -> str | None:
@@ -305,15 +352,16 @@ def table(result: dict) -> str:
                      f"{r['own_us']:8.2f} {tflops(r, 'own'):7.2f}  {r[f'{ref}_us']:9.2f} {tflops(r, ref):7.2f} "
                      f"{ratio:6.2f}  {pedantic}  {r['rel_err']:8.1e}  {r['tile']}")
     s = result["summary"]
-    lines.append(f"4096^3 fp32: own {s['fp32_4096_tflops']:.1f} TFLOP/s, cuBLAS {s['cublas_4096_tflops']:.1f} "
-                 f"({s['fp32_4096_vs_cublas']:.0%} of cuBLAS; target >= 85%)")
-    lines.append(f"4096^3 tf32: own {s['tf32_4096_tflops']:.1f} TFLOP/s, cuBLAS tf32 {s['cublas_tf32_4096_tflops']:.1f} "
-                 f"({s['tf32_4096_vs_cublas_tf32']:.0%})")
-    lines.append(f"MLP shapes, own fp32 with fused epilogue vs cuBLAS fp32 without: worst {s['fused_vs_cublas_min']:.2f}x "
-                 f"(target >= 1.0x)")
-    for b, t in s["mlp_gemms_us"].items():
-        lines.append(f"MLP batch {b}, sum of the step's 8 GEMMs: own fp32 {t['own_fp32']:.1f} us vs cuBLAS "
-                     f"{t['cublas_fp32']:.1f} us; own tf32 {t['own_tf32']:.1f} us vs cuBLAS tf32 {t['cublas_tf32']:.1f} us")
+    if s:   # (a partial sweep, --tiles or --precision, has none)
+        lines.append(f"4096^3 fp32: own {s['fp32_4096_tflops']:.1f} TFLOP/s, cuBLAS {s['cublas_4096_tflops']:.1f} "
+                     f"({s['fp32_4096_vs_cublas']:.0%} of cuBLAS; target >= 85%)")
+        lines.append(f"4096^3 tf32: own {s['tf32_4096_tflops']:.1f} TFLOP/s, cuBLAS tf32 {s['cublas_tf32_4096_tflops']:.1f} "
+                     f"({s['tf32_4096_vs_cublas_tf32']:.0%})")
+        lines.append(f"MLP shapes, own fp32 with fused epilogue vs cuBLAS fp32 without: worst {s['fused_vs_cublas_min']:.2f}x "
+                     f"(target >= 1.0x)")
+        for b, t in s["mlp_gemms_us"].items():
+            lines.append(f"MLP batch {b}, sum of the step's 8 GEMMs: own fp32 {t['own_fp32']:.1f} us vs cuBLAS "
+                         f"{t['cublas_fp32']:.1f} us; own tf32 {t['own_tf32']:.1f} us vs cuBLAS tf32 {t['cublas_tf32']:.1f} us")
     for sw in result.get("sweep", []):
         lines.append(f"sweep {sw['name']:<28} {sw['precision']}: chosen {sw['chosen_us']:7.2f} us {sw['chosen_tile']}; "
                      f"best {sw['best_us']:7.2f} us {sw['best_tile']}")
@@ -330,10 +378,19 @@ def main(argv=None) -> int:
                         help="with --sweep (or --from): write the tile calibration (gcompile/gemm_tiles_sm90.json)")
     parser.add_argument("--from", dest="source", metavar="JSON", default=None,
                         help="use the results in this file (from --json) instead of running")
+    parser.add_argument("--tiles", default=None, help="with --sweep: only these catalogue tiles (names, comma-"
+                        "separated), at the MLP's shapes; --calibrate then merges into the present calibration")
+    parser.add_argument("--precision", choices=("fp32", "tf32"), default=None, help="only this precision")
     args = parser.parse_args(argv)
-    result = json.loads(Path(args.source).read_text()) if args.source else run(args.quick, args.sweep, args.workdir)
+    tiles = args.tiles.split(",") if args.tiles else None
+    for name in tiles or []:
+        gemm_tiles.tile_by_name(name)   # (raises for a name not in the catalogue)
+    precisions = (args.precision,) if args.precision else ("fp32", "tf32")
+    result = (json.loads(Path(args.source).read_text()) if args.source
+              else run(args.quick, args.sweep, args.workdir, tiles, precisions))
     if args.calibrate:
-        Path(args.calibrate).write_text(json.dumps(calibrate(result), indent=1) + "\n")
+        base = json.loads(gemm_tiles.CALIBRATION.read_text()) if tiles else None
+        Path(args.calibrate).write_text(json.dumps(calibrate(result, base), indent=1) + "\n")
     print(table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

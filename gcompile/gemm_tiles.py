@@ -114,7 +114,10 @@ TILES = {
              Tile(64, 32, 16, 32, 16, 1), Tile(64, 32, 32, 32, 16, 1), Tile(32, 64, 16, 16, 32, 1),
              Tile(32, 64, 32, 16, 32, 1), Tile(32, 32, 16, 16, 16, 1), Tile(32, 32, 32, 16, 16, 1),
              Tile(32, 32, 64, 16, 16, 1), Tile(64, 16, 16, 16, 16, 1), Tile(16, 64, 16, 16, 16, 1),
-             Tile(16, 64, 32, 16, 16, 1)],
+             Tile(16, 64, 32, 16, 16, 1),
+             # the tensor-core pipeline's mid tiles (gc_gemm_tc_kernel: 4 warps, cp.async 3-4 K steps deep)
+             Tile(64, 64, 32, 32, 32, 1, stages=4), Tile(64, 32, 32, 32, 16, 1, stages=4),
+             Tile(32, 32, 32, 16, 16, 1, stages=4), Tile(64, 64, 64, 32, 32, 1, stages=3)],
 }
 
 
@@ -131,9 +134,8 @@ LARGE = 1024
 # tf32: the tensor-core pipeline (gc_gemm_tc_kernel, runtime/gc_gemm_tc.cuh: mma.sync tf32 fed by cp.async,
 # STAGES K steps deep) for large problems (is_large): 128 x 128 x 32 tiles, 64 x 64 per warp, 3 stages, two
 # blocks an SM. H100, one run: 4096^3 999 us, the register-staged 128 x 128 tf32 tile 1403 us (cuBLAS tf32
-# 348 us). The MLP's GEMMs keep the register-staged tiles: their best tensor-core tiles were faster GEMM by
-# GEMM (b1000 x @ W1 11.2 vs 12.0 us, h1 @ W2, dW2, dh1) but not dW1 (12.6 vs 10.9), and with them the b1000
-# tf32 training step was slower (54.7 vs 51.9 us; docs/compiler.md).
+# 348 us). The MLP's GEMMs get the catalogue's 4-warp tensor-core tiles where the sweep measured them faster
+# (b1000 x @ W1, h1 @ W2, dW2, dh1; not dW1), like any other catalogue tile (docs/compiler.md).
 TC_LARGE_TILE = Tile(128, 128, 32, 64, 64, 1, stages=3)
 
 
@@ -215,10 +217,12 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
     """C text of the tile type for C (m, n) = op(A) (m, k) @ op(B) (k, n), `batch` times, of `dtype` elements.
 
     precision "tf32" picks a tensor-core tile (float GEMMs only; the caller passes "fp32" for others).
-    rows: A is the image input read in place (plan_memory.batch_rows). The trainer's launches of it run the
-    register-staged kernel with the tile's sizes (its row loader), so LARGE_TILE and TC_LARGE_TILE, whose
-    pipelines that kernel cannot hold, are not given to it; the small pipelined tiles are (the library's
-    launches, a plain matrix, run them pipelined)."""
+    rows: A is the image input read in place (plan_memory.batch_rows). The trainer's launches of it run
+    fp32 tiles in the register-staged kernel with the tile's sizes (its row loader), so LARGE_TILE, whose
+    pipeline that kernel cannot hold, is not given to it; the small pipelined tiles are (the library's
+    launches, a plain matrix, run them pipelined). tf32 pipelined tiles read the rows themselves
+    (gc_gemm_tc_kernel); TC_LARGE_TILE is not given either (the block's row indices sit in its shared memory,
+    with TA as many as K: the large sizes are not bounded)."""
     check_precision(precision)
     if min(m, n, k, batch) < 0:
         raise GCompileError(f"choose_tile: negative size m={m} n={n} k={k} batch={batch}")
@@ -227,7 +231,8 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
     # the sweep times float32 GEMMs: its choices are not given to float64 ones (8 x 8 doubles a thread...)
     measured = (calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
                 if dtype == "float32" else None)
-    if measured is not None and not (rows and replace(measured[0], stages=0).smem_bytes(measured[1]) > SMEM_LIMIT):
+    if measured is not None and not (rows and not measured[0].tf32
+                                     and replace(measured[0], stages=0).smem_bytes(measured[1]) > SMEM_LIMIT):
         tile, split = measured
     else:
         # the model ranks the register-staged tiles only: a pipelined one it preferred made logreg's

@@ -795,8 +795,8 @@ static bool gc_cluster_launch_supported() {
     return supported == 1;
 }
 
-// The tf32 tensor-core pipeline's launch (gc_gemm_tc.cuh: tiles with TF32 and STAGES > 0).
-template <typename T, bool TA, bool TB, class Tile, class Ep>
+// The tf32 tensor-core pipeline's launch (gc_gemm_tc.cuh: tiles with TF32 and STAGES > 0; RA too).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
 
 // The launch of both forms of A (RA: the image input in place, A = its source).
@@ -825,8 +825,8 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     cluster.val.clusterDim.x = 1;
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = S;
-    if constexpr (Tile::TF32 && Tile::STAGES > 0 && !RA) {
-        return gc_gemm_tc_launch<T, TA, TB, Tile, Ep>(grid, &cluster, p);
+    if constexpr (Tile::TF32 && Tile::STAGES > 0) {
+        return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
     } else if constexpr (Tile::STAGES > 0 && !RA) {   // over 48 KB of shared memory: the kernel's limit is raised once
         constexpr size_t smem = gc_pipe_smem<T, Tile>::bytes;
         static bool raised = false;
@@ -835,7 +835,7 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         raised = true;
         return gc_launch_smem(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, smem, &cluster, S > 1, p);
-    } else {   // (rows read in place: the pipelined tiles' sizes are the plain kernel's too, it reads them)
+    } else {   // (rows read in place: the fp32 pipelined tiles' sizes are the plain kernel's too, it reads them)
         if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);
         return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, &cluster, 1, p);
     }

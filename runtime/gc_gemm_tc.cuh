@@ -10,21 +10,28 @@
 //     alike on both sides so that an x-major operand's two k per lane are one 8-byte read (gc_tc_layout);
 //   * the fragments of an 8-wide k slice are read (and rounded to tf32, to nearest as gc_gemm_kernel's
 //     stores round them) while the previous slice's mma run: two register sets.
-// The image input read in place (RA) keeps gc_gemm_kernel, with the same tile sizes (gc_gemm_launch).
+// The image input read in place (RA: rows gathered by index, uint8 or float; gc_rows) comes in by cp.async
+// too, row by row (gc_tc_rows); a uint8 operand stays bytes in shared memory and is converted (gc_pixel, the
+// value every other reader sees, then the tf32 rounding) as its fragments are read.
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 // One operand's K step in shared memory: element (x, k), x < X (BM or BN), k < BK. KMAJOR: the matrix's rows
 // are k (x contiguous), stored s[k * LD + x]; else its rows are x, stored s[x * LD + k]. The block copied is
-// ROWS x COLS of the row-major matrix either way, in chunks of 4 elements.
+// ROWS x COLS of the row-major matrix either way, in chunks of 16 bytes. E: the element stored, float or
+// uint8_t (the image input read in place, bytes as in its rows; SIZE is in floats either way).
 // A lane (gid, tig) of an mma needs k = tig and tig + 4 of each 8-wide slice; both operands instead give it
 // k = 2 tig and 2 tig + 1 (the same permutation of the slice's k on both sides, so the products summed are
 // the same): x-major, one 8-byte read. Padding for 32 distinct banks per wavefront: x-major LD = BK + 8
 // (a half-warp's 8-byte reads at gid * LD + 2 tig, LD = 8 mod 32), k-major LD = X + 4 (rows 2 tig and
-// 2 tig + 1 at column gid: 2 LD = 8 mod 32).
-template <int BK, int X, bool KMAJOR>
+// 2 tig + 1 at column gid: 2 LD = 8 mod 32). Bytes: x-major rows of 12 mod 32 words (a lane's 2-byte read,
+// a row's 4 lanes 2 words: 8 rows on 16 distinct banks), k-major rows of X + 16 bytes (rows 2 tig 8 mod 32
+// words apart, their 8 columns 2 words).
+template <int BK, int X, bool KMAJOR, typename E = float>
 struct gc_tc_layout {
-    static constexpr int ROWS = KMAJOR ? BK : X, COLS = KMAJOR ? X : BK, LD = COLS + (KMAJOR ? 4 : 8);
-    static constexpr int SIZE = ROWS * LD;
+    static constexpr bool U8 = sizeof(E) == 1;
+    static constexpr int ROWS = KMAJOR ? BK : X, COLS = KMAJOR ? X : BK;
+    static constexpr int LD = !U8 ? COLS + (KMAJOR ? 4 : 8) : COLS + (KMAJOR || COLS % 32 == 0 ? 16 : 32);
+    static constexpr int SIZE = ROWS * LD * (int)sizeof(E) / 4;
     static_assert(X % 16 == 0 && BK % 16 == 0, "gc_gemm: tf32 pipelined tile sizes");
     // A float as a tf32 operand register: rounded to nearest, ties away, as gc_tf32 (cvt.rna, several
     // instructions on sm_90) rounds, by adding half a tf32 unit (bit 12; the mma reads the top 19 bits).
@@ -34,19 +41,29 @@ struct gc_tc_layout {
         const uint32_t u = __float_as_uint(a), r = u + 0x1000u;
         return (int)(r ^ u) < 0 ? u : r;
     }
-    // Elements (x, k) and (x, k + 1), k even, as tf32 operand registers.
-    __device__ static __forceinline__ void pair(const float* s, int x, int k, uint32_t& lo, uint32_t& hi) {
-        float a, b;
+    __device__ static __forceinline__ float value(E v, float scale) {
+        if constexpr (U8) return gc_pixel(v, scale);
+        else return v;
+    }
+    // Elements (x, k) and (x, k + 1), k even, as tf32 operand registers (bytes: converted by gc_pixel first).
+    __device__ static __forceinline__ void pair(const float* s, int x, int k, uint32_t& lo, uint32_t& hi,
+                                                float scale = 1.f) {
+        const E* e = reinterpret_cast<const E*>(s);
+        E a, b;
         if (KMAJOR) {
-            a = s[k * LD + x];
-            b = s[(k + 1) * LD + x];
+            a = e[k * LD + x];
+            b = e[(k + 1) * LD + x];
+        } else if constexpr (U8) {
+            const uchar2 v = *reinterpret_cast<const uchar2*>(e + x * LD + k);
+            a = v.x;
+            b = v.y;
         } else {
-            const float2 v = *reinterpret_cast<const float2*>(s + x * LD + k);
+            const float2 v = *reinterpret_cast<const float2*>(e + x * LD + k);
             a = v.x;
             b = v.y;
         }
-        lo = tf32(a);
-        hi = tf32(b);
+        lo = tf32(value(a, scale));
+        hi = tf32(value(b, scale));
     }
 };
 
@@ -99,19 +116,66 @@ struct gc_tc_operand {
     }
 };
 
+// The copies of the image input read in place (RA), global -> shared: the block's ROWS x COLS elements E
+// (uint8 or float) where row r of the block is source row idx[r] (the block's row indices, staged in shared
+// memory: its BM rows of M x-major, its split's K rows k-major), from column c0 on; the source's rows are
+// ld elements. CR / CC as gc_tc_operand's. vec: 16-byte copies (the source and ld allow them: a chunk is
+// then wholly inside or outside), else 4-byte ones (gc_gemm has checked that rows are 4-byte runs).
+template <typename E, class L, int THREADS, bool CR, bool CC>
+struct gc_tc_rows {
+    static constexpr int ROWS = L::ROWS, COLS = L::COLS, LD = L::LD;
+    static constexpr int V = 16 / sizeof(E), CPR = COLS / V, CHUNKS = ROWS * CPR;   // 16-byte chunks
+    static constexpr int PER = (CHUNKS + THREADS - 1) / THREADS;
+    static_assert(COLS % V == 0, "gc_gemm: a tf32 pipelined tile side is not a multiple of 16 bytes");
+    const E* src;
+    const uint32_t* idx;
+    long long ld;
+    int c0, rows_left, cols_left;
+    bool vec;
+
+    // The step whose block starts `dr` rows / `dc` columns further, into s.
+    __device__ __forceinline__ void copy(float* s, int dr, int dc) const {
+        E* d = reinterpret_cast<E*>(s);
+        const int rl = rows_left - dr, cl = cols_left - dc;
+        if (vec) {
+#pragma unroll
+            for (int i = 0; i < PER; i++) {
+                const int j = threadIdx.x + i * THREADS, r = j / CPR, c = j % CPR * V;
+                if (CHUNKS % THREADS != 0 && j >= CHUNKS) break;
+                const bool live = (!CR || r < rl) && (!CC || c < cl);
+                gc_cp_async<16>(d + r * LD + c, live ? src + (long long)idx[dr + r] * ld + c0 + dc + c : src, live);
+            }
+        } else {
+            constexpr int W = 4 / sizeof(E);
+#pragma unroll 1
+            for (int j = threadIdx.x; j < ROWS * COLS / W; j += THREADS) {
+                const int r = j / (COLS / W), c = j % (COLS / W) * W;
+                const bool live = (!CR || r < rl) && (!CC || c < cl);
+                gc_cp_async<4>(d + r * LD + c, live ? src + (long long)idx[dr + r] * ld + c0 + dc + c : src, live);
+            }
+        }
+    }
+};
+
 // Shared memory of a tile (floats): STAGES steps of A and B as laid out for the transposes; split: then the
-// partial BM x BN tile.
-template <bool TA, bool TB, class Tile>
+// partial BM x BN tile. RA (1: float rows, 2: uint8 rows, gathered): A's layout of those elements, and after
+// the rest the block's NIDX row indices (BM rows x-major; k-major the K rows of a split, which the static
+// shape bounds).
+template <bool TA, bool TB, class Tile, int RA = 0>
 struct gc_tc_smem {
-    typedef gc_tc_layout<Tile::BK, Tile::BM, TA> LA;
+    typedef gc_tc_layout<Tile::BK, Tile::BM, TA, typename std::conditional<RA == 2, uint8_t, float>::type> LA;
     typedef gc_tc_layout<Tile::BK, Tile::BN, !TB> LB;
     static constexpr int STAGE = LA::SIZE + LB::SIZE;
     static constexpr size_t pipe = (size_t)Tile::STAGES * STAGE * 4;
     static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)Tile::BM * Tile::BN * 4 : 0;
-    static constexpr size_t bytes = pipe > red ? pipe : red;
+    static constexpr size_t data = pipe > red ? pipe : red;
+    static constexpr int KSMAX = ((Tile::SK + Tile::SPLIT - 1) / Tile::SPLIT + Tile::BK - 1) / Tile::BK * Tile::BK;
+    static constexpr int NIDX = RA ? (TA ? KSMAX : Tile::BM) : 0;
+    static constexpr size_t bytes = data + (size_t)NIDX * 4;
 };
 
-template <typename T, bool TA, bool TB, class Tile, class Ep>
+// RA: A is the image input read in place (gc_gemm_kernel's RA), 1: float rows, 2: uint8 rows.
+template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS <= 128 ? 2 : 1)
 gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
@@ -119,10 +183,11 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     static_assert(Tile::TF32 && sizeof(T) == 4 && ST >= 2, "gc_gemm: tensor-core pipelined tiles are tf32, 2+ stages");
     static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
     static_assert(BM % TM == 0 && BN % TN == 0 && TM % 16 == 0 && TN % 8 == 0, "gc_gemm: warp tile not 16 x 8 mma tiles");
-    typedef gc_tc_smem<TA, TB, Tile> Smem;
+    typedef gc_tc_smem<TA, TB, Tile, RA> Smem;
     typedef typename Smem::LA LA;
     typedef typename Smem::LB LB;
     static_assert(Smem::bytes <= 227 * 1024, "gc_gemm: tf32 pipelined tile needs over 227 KB of shared memory");
+    static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0), "gc_gemm: batch rows need a static shape");
     extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
     T* smem = reinterpret_cast<T*>(gc_dynamic_smem);
     gc_wait_prior();
@@ -136,13 +201,33 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
 
     // A's block: (BK x BM) at (k_begin, m0) of A stored (K, M) with TA, else (BM x BK) at (m0, k_begin) of A
     // (M, K); B's: (BK x BN) at (k_begin, n0) of B (K, N), or (BN x BK) at (n0, k_begin) with TB.
+    // RA: A's rows are the batch's (M x-major, K with TA): their indices into shared memory first.
     const int kl = g.k_end - g.k_begin;
-    typedef gc_tc_operand<T, LA, THREADS, TA ? !EK : !EM, TA ? !EM : !EK> OperandA;
+    uint32_t* ridx = reinterpret_cast<uint32_t*>(gc_dynamic_smem + Smem::data);
+    if constexpr (RA != 0) {
+        const int first = TA ? g.k_begin : g.m0, count = TA ? kl : min(BM, g.M - g.m0);
+        for (int i = threadIdx.x; i < Smem::NIDX; i += THREADS)
+            ridx[i] = i >= count ? 0 : p.rows.index ? p.rows.index[first + i] : first + i;
+        __syncthreads();
+    }
+    typedef typename std::conditional<RA == 2, uint8_t, float>::type E;
+    typedef gc_tc_operand<T, LA, THREADS, TA ? !EK : !EM, TA ? !EM : !EK> PlainA;
+    typedef gc_tc_rows<E, LA, THREADS, TA ? !EK : !EM, TA ? !EM : !EK> RowsA;
+    typedef typename std::conditional<RA != 0, RowsA, PlainA>::type OperandA;
     typedef gc_tc_operand<T, LB, THREADS, !TB ? !EK : !EN, !TB ? !EN : !EK> OperandB;
-    const OperandA oa(TA ? A + (size_t)g.k_begin * g.M + g.m0 : A + (size_t)g.m0 * g.K + g.k_begin, TA ? g.M : g.K,
-                      TA ? kl : g.M - g.m0, TA ? g.M - g.m0 : kl, g.va);
+    const OperandA oa = [&] {
+        if constexpr (RA != 0) {   // rows of ld elements; 16-byte copies where ld and the source allow them
+            const int ld = TA ? g.M : g.K;
+            return RowsA{(const E*)p.rows.source, ridx, ld, TA ? g.m0 : g.k_begin, TA ? kl : g.M - g.m0,
+                         TA ? g.M - g.m0 : kl, ld % (16 / (int)sizeof(E)) == 0 && (uintptr_t)p.rows.source % 16 == 0};
+        } else {
+            return PlainA(TA ? A + (size_t)g.k_begin * g.M + g.m0 : A + (size_t)g.m0 * g.K + g.k_begin, TA ? g.M : g.K,
+                          TA ? kl : g.M - g.m0, TA ? g.M - g.m0 : kl, g.va);
+        }
+    }();
     const OperandB ob(!TB ? B + (size_t)g.k_begin * g.N + g.n0 : B + (size_t)g.n0 * g.K + g.k_begin, TB ? g.K : g.N,
                       !TB ? kl : g.N - g.n0, !TB ? g.N - g.n0 : kl, g.vb);
+    const float scale = RA == 2 ? p.rows.scale : 1.f;
     auto load = [&](int buf, int kt) {   // K step kt into buffer buf
         const int dk = kt * BK;
         T* s = smem + buf * Smem::STAGE;
@@ -163,8 +248,8 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
 #pragma unroll
         for (int i = 0; i < MI; i++) {
             const int x = wm * TM + i * 16 + gid;
-            LA::pair(as, x, k + 2 * tig, a[i][0], a[i][2]);
-            LA::pair(as, x + 8, k + 2 * tig, a[i][1], a[i][3]);
+            LA::pair(as, x, k + 2 * tig, a[i][0], a[i][2], scale);
+            LA::pair(as, x + 8, k + 2 * tig, a[i][1], a[i][3], scale);
         }
 #pragma unroll
         for (int j = 0; j < NI; j++) LB::pair(bs, wn * TN + j * 8 + gid, k + 2 * tig, b[j][0], b[j][1]);
@@ -196,16 +281,26 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
 }
 
 // The launch (gc_gemm_launch has checked the shape, made the grid and the cluster attribute): the kernel's
-// dynamic shared memory limit is raised once where the tile needs over 48 KB.
-template <typename T, bool TA, bool TB, class Tile, class Ep>
-static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
-    constexpr size_t smem = gc_tc_smem<TA, TB, Tile>::bytes;
+// dynamic shared memory limit is raised once where the tile needs over 48 KB. RA: by the source's element
+// type (p.rows.u8), the kernel for float or for uint8 rows.
+template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
+static int gc_gemm_tc_launch_as(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
+    constexpr size_t smem = gc_tc_smem<TA, TB, Tile, RA>::bytes;
     static bool raised = false;
     if (!raised && smem > 48 * 1024)
-        GC_CUDA_TRY(cudaFuncSetAttribute(gc_gemm_tc_kernel<T, TA, TB, Tile, Ep>,
+        GC_CUDA_TRY(cudaFuncSetAttribute(gc_gemm_tc_kernel<T, TA, TB, Tile, Ep, RA>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     raised = true;
-    return gc_launch_smem(gc_gemm_tc_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, smem, cluster,
+    return gc_launch_smem(gc_gemm_tc_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, smem, cluster,
                           Tile::SPLIT > 1, p);
+}
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
+    if constexpr (RA) {
+        return p.rows.u8 ? gc_gemm_tc_launch_as<T, TA, TB, Tile, Ep, 2>(grid, cluster, p)
+                         : gc_gemm_tc_launch_as<T, TA, TB, Tile, Ep, 1>(grid, cluster, p);
+    } else {
+        return gc_gemm_tc_launch_as<T, TA, TB, Tile, Ep, 0>(grid, cluster, p);
+    }
 }
 #endif   // GC_KERNELS

@@ -83,6 +83,40 @@ static int run_case(const char* dir, int i, int M, int N, int K, int batch, long
     fclose(f);
     return GC_OK;
 }
+
+// The same GEMM with A the image input read in place (gc_rows): the source's rows (uint8 or float, `shift`
+// elements past an aligned address), gathered by the index (or rows 0.. in order), uint8 scaled by 1/255.
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int run_rows_case(const char* dir, int i, int M, int N, int K, int u8, int indexed, int shift) {
+    char name[64];
+    std::vector<uint8_t> hs8;
+    std::vector<float> hs32;
+    std::vector<uint32_t> hidx;
+    std::vector<T> hb, hbias, hc;
+    uint8_t* s8 = nullptr;
+    float* s32 = nullptr;
+    uint32_t* idx = nullptr;
+    T *b, *bias, *c;
+    snprintf(name, sizeof name, "src%d", i);
+    GC_TRY(u8 ? upload(dir, name, shift, &s8, hs8) : upload(dir, name, shift, &s32, hs32));
+    snprintf(name, sizeof name, "idx%d", i);
+    if (indexed) GC_TRY(upload(dir, name, 0, &idx, hidx));
+    snprintf(name, sizeof name, "b%d", i);
+    GC_TRY(upload(dir, name, 0, &b, hb));
+    snprintf(name, sizeof name, "bias%d", i);
+    GC_TRY(upload(dir, name, 0, &bias, hbias));
+    snprintf(name, sizeof name, "c%d", i);
+    GC_TRY(upload(dir, name, 0, &c, hc));
+    gc_rows rows = {u8 ? (const void*)s8 : (const void*)s32, idx, 1.f / 255.f, u8};
+    GC_TRY((gc_gemm<T, TA, TB, Tile>(rows, b, c, M, N, K, make_ep((Ep*)0, bias))));
+    GC_TRY(gc_copy_to_host(hc.data(), c, hc.size() * sizeof(T)));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/out%d.bin", dir, i);
+    FILE* f = fopen(path, "wb");
+    if (!f || fwrite(hc.data(), sizeof(T), hc.size(), f) != hc.size()) return gc_fail(GC_ERR_IO, "cannot write %s", path);
+    fclose(f);
+    return GC_OK;
+}
 """
 
 
@@ -104,6 +138,8 @@ class Case:
     tf32: bool = False          # compare with the tf32 tolerance
     nans: bool = False          # op(A)[0, 0:2] are NaNs (0x7fffffff, CUDA's, and its negation): C's row 0 is NaN
     expect_error: str | None = None
+    rows: str | None = None     # A read in place (gc_rows) from a "u8" or "f32" source (float32, batch 1)
+    index: bool = True          # rows: gathered by an index (else rows 0.. in order)
 
     def strides(self):
         return (self.sa or self.m * self.k, self.sb or self.k * self.n, self.sc or self.m * self.n)
@@ -111,6 +147,9 @@ class Case:
     def call(self, index: int) -> str:
         sa, sb, sc = self.strides()
         ep = "ep_test" if self.ep else "gc_ep_store"
+        if self.rows:
+            return (f"run_rows_case<float, {str(self.ta).lower()}, {str(self.tb).lower()}, {self.tile}, {ep}>(dir, "
+                    f"{index}, {self.m}, {self.n}, {self.k}, {int(self.rows == 'u8')}, {int(self.index)}, {self.shift})")
         return (f"run_case<{C_TYPES[self.dtype]}, {str(self.ta).lower()}, {str(self.tb).lower()}, {self.tile}, "
                 f"{ep}>(dir, {index}, {self.m}, {self.n}, {self.k}, {self.batch}, {sa}, {sb}, {sc}, {self.shift})")
 
@@ -168,7 +207,18 @@ def operands(case: Case, rng):
         for i in range(case.batch):
             bits[i * sa] = 0x7fffffff
             bits[i * sa + (case.m if case.ta else 1)] = 0xffffffff
-    return a, b, bias, c
+    files = {}
+    if case.rows:   # A (its stored rows: M, K with ta) gathered from a larger source as gc_pixel converts it
+        rows, length = (case.k, case.m) if case.ta else (case.m, case.k)
+        index = rng.permutation(rows + 7)[:rows].astype(np.uint32) if case.index else np.arange(rows, dtype=np.uint32)
+        if case.rows == "u8":
+            source = rng.integers(0, 256, (rows + 7, length), dtype=np.uint8)
+            a = (source[index].astype(np.float32) * np.float32(1 / 255)).reshape(-1)
+        else:
+            source = rng.uniform(-1, 1, (rows + 7, length)).astype(np.float32)
+            a = source[index].reshape(-1)
+        files = {"src": source, "idx": index}
+    return a, b, bias, c, files
 
 
 def matrices(case: Case, a, b):

@@ -101,6 +101,31 @@ def cases() -> list[H.Case]:
         C("float32", False, True, "gc_tile<64, 64, 16, 32, 32, 1>", 70, 40, 100, nans=True, tf32=True),
         C("float32", True, False, "gc_tile<32, 32, 16, 4, 4, 0>", 70, 40, 100, nans=True),
     ]
+    # A read in place (gc_rows: the trainer's image input), every source form, both layouts of A (its rows
+    # are M, or K with TA): the tensor-core pipeline (16-byte copies; rows of no multiple of 16 bytes or an
+    # unaligned uint8 source: 4-byte copies; split-K; overhangs; the epilogue) and the register-staged kernel
+    for ta in (False, True):
+        for tb in (False, True):
+            for rows, index in (("u8", True), ("u8", False), ("f32", True)):
+                out += [
+                    C("float32", ta, tb, "gc_tile<64, 64, 32, 32, 32, 1, 1, 112, 72, 304, 3>", 112, 72, 304,
+                      ep=True, tf32=True, rows=rows, index=index),
+                    C("float32", ta, tb, "gc_tile<32, 64, 32, 16, 32, 1, 4, 100, 36, 1000, 4>", 100, 36, 1000,
+                      ep=True, tf32=True, rows=rows, index=index),
+                    C("float32", ta, tb, "gc_tile<64, 64, 64, 32, 32, 1, 2, 80, 80, 192, 3>", 80, 80, 192,
+                      tf32=True, rows=rows, index=index),
+                    C("float32", ta, tb, "gc_tile<32, 64, 16, 16, 32, 1, 2, 100, 36, 1000>", 100, 36, 1000,
+                      ep=True, tf32=True, rows=rows, index=index),
+                    C("float32", ta, tb, "gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 36, 300>", 100, 36, 300,
+                      ep=True, rows=rows, index=index),
+                ]
+            out.append(C("float32", ta, tb, "gc_tile<64, 64, 32, 32, 32, 1, 1, 112, 72, 304, 3>", 112, 72, 304,
+                         tf32=True, rows="u8", shift=4))
+    for precision in ("fp32", "tf32"):   # the MLP's GEMMs as the trainer runs them: uint8 rows by index
+        for m, n, k, ta in ((1000, 256, 784, False), (784, 256, 1000, True), (128, 256, 784, False),
+                            (784, 256, 128, True)):
+            out.append(C("float32", ta, False, choose_tile(m, n, k, ta, False, precision, rows=True), m, n, k,
+                         ep=not ta, tf32=precision == "tf32", rows="u8"))
     for precision in ("fp32", "tf32"):   # the MLP's GEMMs with the tiles the heuristic gives them
         for m, n, k, ta, tb in mlp_gemms(128) + [(1000, 256, 784, False, False), (784, 256, 1000, True, False)]:
             out.append(C("float32", ta, tb, choose_tile(m, n, k, ta, tb, precision), m, n, k,
@@ -117,8 +142,8 @@ def test_gemm_matches_numpy(target, tmp_path):
     rng = np.random.default_rng(7)
     data = []
     for i, case in enumerate(all_cases):
-        a, b, bias, c = H.operands(case, rng)
-        for name, x in (("a", a), ("b", b), ("bias", bias), ("c", c)):
+        a, b, bias, c, files = H.operands(case, rng)
+        for name, x in (("a", a), ("b", b), ("bias", bias), ("c", c), *files.items()):
             x.tofile(tmp_path / f"{name}{i}.bin")
         data.append((a, b, bias, c))
     proc = subprocess.run([str(exe), str(tmp_path)], capture_output=True, text=True, timeout=600)
@@ -242,15 +267,18 @@ def test_every_tile_compiles_with_nvcc(tmp_path):
              "    const float* aux;",
              "    GC_HD float operator()(int, int m, int n, float acc) const { return aux[m * 999 + n] > 0.f ? acc : 0.f; }",
              "};",
-             "int instantiate(const float* a, const float* b, float* c) {"]
+             "int instantiate(const float* a, const float* b, float* c) {",
+             "    const gc_rows rows = {a, nullptr, 1.f, 1};"]
     for precision, tiles in {**TILES, "large": [LARGE_TILE], "tc": [TC_LARGE_TILE]}.items():
         for tile in tiles:
-            variants = [(ta, tb, 1, "gc_ep_store{}") for ta in (False, True) for tb in (False, True)]
-            variants += [(True, False, s, "gc_ep_store{}") for s in tile.splits() if s > 1]
-            variants += [(False, True, 1, "ep_mask{a}")]
-            for ta, tb, split, ep in variants:
+            variants = [(ta, tb, 1, "gc_ep_store{}", "a") for ta in (False, True) for tb in (False, True)]
+            variants += [(True, False, s, "gc_ep_store{}", "a") for s in tile.splits() if s > 1]
+            variants += [(False, True, 1, "ep_mask{a}", "a")]
+            if tile.tf32 and tile.stages and tile != TC_LARGE_TILE:   # the image input read in place, both layouts
+                variants += [(False, False, 2, "ep_mask{a}", "rows"), (True, False, 4, "gc_ep_store{}", "rows")]
+            for ta, tb, split, ep, a in variants:
                 lines.append(f"    GC_TRY((gc_gemm<float, {str(ta).lower()}, {str(tb).lower()}, "
-                             f"{tile.c_type(split, 1000, 999, 777)}>(a, b, c, 1000, 999, 777, {ep})));")
+                             f"{tile.c_type(split, 1000, 999, 777)}>({a}, b, c, 1000, 999, 777, {ep})));")
     lines.append("    return GC_OK;\n}")
     src = tmp_path / "tiles.cu"
     src.write_text("\n".join(lines))
