@@ -236,8 +236,8 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
 }
 
 // The largest of a chain's stages' gc_row_gemm_shape::bytes, rounded up to 16 bytes: the size of the
-// chain kernel's work buffer.
-__host__ __device__ constexpr size_t gc_chain_work() { return 0; }
+// chain kernel's work buffer (at least 16: an array has a size, where no stage needs any).
+__host__ __device__ constexpr size_t gc_chain_work() { return 16; }
 template <typename... More>
 __host__ __device__ constexpr size_t gc_chain_work(size_t bytes, More... more) {
     return ((bytes > gc_chain_work(more...) ? bytes : gc_chain_work(more...)) + 15) & ~(size_t)15;
