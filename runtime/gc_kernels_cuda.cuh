@@ -97,10 +97,14 @@ struct gc_row_gemm_shape {
     static constexpr int WARPS = GC_BLOCK / 32;
     static constexpr bool STAGE = N > 32 && R * K <= 2048;          // A's rows in shared memory
     // B moves in vectors of V along its contiguous dimension: columns (B is K x N) or k (B is N x K, TB);
-    // staged A rows are read S k at a time (a vector of S: S = 4 where K allows and the block has several
-    // rows; at one row, the MLP at batch 128, vectors of A made the step 0.2 us slower on an H100)
+    // the loop steps S k at a time, staged A rows read as vectors of S (S = 4 where K allows)
     static constexpr int V = (TB ? K : N) % 4 == 0 ? 4 : 1;
-    static constexpr int S = TB ? V : (STAGE && K % 4 == 0 && R > 1 ? 4 : 1);
+    static constexpr int S = TB ? V : (STAGE && K % 4 == 0 ? 4 : 1);
+    // steps unrolled: their B loads (L2 hits) go out together; a step's latency is the stage's cost. H100, MLP
+    // step: 8 steps of S = 4 at 4 rows a block (batch 1000) 55.9 us, 2 of them 56.8; at 1 row (batch 128) 8
+    // steps 23.4 us, 2 (8 k, as many as before A was read as vectors) 23.2; 4 steps of one k 0.65 us slower
+    // than 8 at batch 128, 16 slower too
+    static constexpr int UNROLL = R > 1 ? 8 : 8 / S;
     static constexpr int NV = TB ? N : (N + V - 1) / V;              // a thread's column (vector)s
     static constexpr int NC = (NV + 31) / 32 * 32 < GC_BLOCK ? (NV + 31) / 32 * 32 : GC_BLOCK;
     static constexpr int GT = GC_BLOCK / NC, GS = 4096 / (R * N) > 1 ? 4096 / (R * N) : 1;
@@ -173,7 +177,7 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
         if constexpr (G > 1) gc_row_gemm_sum<T, M, N, R, G, 32>(partial, C, ep, row0);
     } else {
         constexpr bool STAGE = Sh::STAGE;
-        constexpr int V = Sh::V, S = Sh::S, NV = Sh::NV, NC = Sh::NC, KG = Sh::KG;
+        constexpr int V = Sh::V, S = Sh::S, NV = Sh::NV, NC = Sh::NC, KG = Sh::KG, UNROLL = Sh::UNROLL;
         if constexpr (STAGE) {
             for (int t = threadIdx.x; t < R * K; t += GC_BLOCK) arow[t] = a(min(row0 + t / K, M - 1), t % K);
             __syncthreads();
@@ -200,9 +204,7 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
                 for (int r = 0; r < R; r++)
 #pragma unroll
                     for (int w = 0; w < W; w++) acc[r][w] = 0;
-                // 8 steps unrolled (of S k each): their B loads (L2 hits) go out together; a step's latency is the
-                // stage's cost (4 steps of one k: MLP step at batch 128 0.65 us slower on an H100, 16: slower too)
-#pragma unroll 8
+#pragma unroll (UNROLL)
                 for (int k = k0; k < k1; k += S) {
                     gc_vec<T, V> b[TB ? 1 : S];
 #pragma unroll
