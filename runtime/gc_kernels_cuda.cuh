@@ -88,6 +88,35 @@ struct gc_row_input {
     __device__ float operator()(int m, int c) const { return gc_rows_at(rows, m, k, c); }
 };
 
+// The shape of gc_row_gemm<T, TB, N, K, R>'s work (below) and the shared memory it needs: A's rows (staged
+// when short) and the G groups' partial sums. A chain's stages run one after another, a barrier between
+// two, so they share one buffer of the largest stage's size (gc_chain_work; a chain's T is float32: at most
+// 24 KB).
+template <typename T, bool TB, int N, int K, int R>
+struct gc_row_gemm_shape {
+    static constexpr int WARPS = GC_BLOCK / 32;
+    static constexpr bool STAGE = N > 32 && R * K <= 2048;          // A's rows in shared memory
+    // B moves in vectors of V along its contiguous dimension: columns (B is K x N) or k (B is N x K, TB);
+    // the loop steps S k at a time, staged A rows read as vectors of S (S = 4 where K allows)
+    static constexpr int V = (TB ? K : N) % 4 == 0 ? 4 : 1;
+    static constexpr int S = TB ? V : (STAGE && K % 4 == 0 ? 4 : 1);
+    // steps unrolled: their B loads (L2 hits) go out together; a step's latency is the stage's cost. H100, MLP
+    // step: 8 steps of S = 4 at 4 rows a block (batch 1000) 55.9 us, 2 of them 56.8; at 1 row (batch 128) 8
+    // steps 23.4 us, 2 (8 k, as many as before A was read as vectors) 23.2; 4 steps of one k 0.65 us slower
+    // than 8 at batch 128, 16 slower too
+    static constexpr int UNROLL = R > 1 ? 8 : 8 / S;
+    static constexpr int NV = TB ? N : (N + V - 1) / V;              // a thread's column (vector)s
+    static constexpr int NC = (NV + 31) / 32 * 32 < GC_BLOCK ? (NV + 31) / 32 * 32 : GC_BLOCK;
+    static constexpr int GT = GC_BLOCK / NC, GS = 4096 / (R * N) > 1 ? 4096 / (R * N) : 1;
+    // K groups: N <= 32, 8 / R warps a row; N > 32, GC_BLOCK / NC (their partials: <= 16 KB of floats)
+    static constexpr int G = N <= 32 ? (R >= WARPS ? 1 : WARPS / R) : (GT < GS ? GT : GS);
+    static constexpr int KS = S > V ? S : V;                         // (both 1 or 4: their multiple)
+    static constexpr int KG = ((K + G - 1) / G + KS - 1) / KS * KS;  // a group's share of K (whole steps)
+    static constexpr int LD = N <= 32 ? 32 : N;                      // the partials' row stride
+    static constexpr int AROW = STAGE ? R * K : 0, PARTIAL = G > 1 ? G * R * LD : 0;
+    static constexpr size_t bytes = (size_t)(AROW + PARTIAL) * sizeof(T);
+};
+
 // The end of gc_row_gemm where G groups of threads each summed a share of K: row r, column n of group h's
 // sums is partial[(h * R + r) * LD + n]; they are added in group order, the epilogue applied and C stored.
 template <typename T, int M, int N, int R, int G, int LD, typename Ep>
@@ -105,19 +134,21 @@ __device__ __forceinline__ void gc_row_gemm_sum(const T* partial, T* C, const Ep
 // share of K, the groups' sums are added in group order (shared memory), the epilogue applied and C stored.
 // N <= 32: a warp per row and K share, lane l summing k = l, l + 32, ... of it for every column, the lanes
 // added by a fixed shuffle tree (G = 8 / R warps per row; R >= 8: a warp per row, rows in turn). N > 32: A's
-// rows are staged in shared memory (read alike by a warp), thread c of a group owns the R rows of a few
-// columns: 4 neighbouring ones, B's rows read as 16-byte vectors (B is K x N), or one, B's rows read 4 k at a
-// time (TB); G = GC_BLOCK / (threads a row's columns take), fewer where the partials would pass 16 KB.
-// Every sum has a fixed order: results are the same run to run.
+// rows are staged in shared memory (read alike by a warp, 4 k at a time where K allows), thread c of a group
+// owns the R rows of a few columns: 4 neighbouring ones, B's rows read as 16-byte vectors (B is K x N), or
+// one, B's rows read 4 k at a time (TB); G = GC_BLOCK / (threads a row's columns take), fewer where the
+// partials would pass 16 KB. `smem`: the block's gc_row_gemm_shape::bytes of shared memory. Every sum has
+// a fixed order: results are the same run to run.
 template <typename T, bool TB, int M, int N, int K, int R, typename AL, typename Ep>
-__device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0) {
-    constexpr int WARPS = GC_BLOCK / 32;
+__device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0, void* smem) {
+    using Sh = gc_row_gemm_shape<T, TB, N, K, R>;
+    constexpr int G = Sh::G;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    T* const arow = (T*)smem;
+    T* const partial = arow + Sh::AROW;
     if constexpr (N <= 32) {
-        constexpr int G = R >= WARPS ? 1 : WARPS / R;
-        __shared__ T partial[G > 1 ? G * R * 32 : 1];
         const int g = G > 1 ? warp / R : 0;
-        for (int r = G > 1 ? warp % R : warp; r < R; r += G > 1 ? R : WARPS) {
+        for (int r = G > 1 ? warp % R : warp; r < R; r += G > 1 ? R : Sh::WARPS) {
             const int m = min(row0 + r, M - 1);   // rows past M: computed again, not stored
             T acc[N];
 #pragma unroll
@@ -145,22 +176,23 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
         }
         if constexpr (G > 1) gc_row_gemm_sum<T, M, N, R, G, 32>(partial, C, ep, row0);
     } else {
-        // A's rows in shared memory (every thread reads all of them), when they are short
-        constexpr bool STAGE = R * K <= 2048;
-        __shared__ T arow[STAGE ? R * K : 1];
+        constexpr bool STAGE = Sh::STAGE;
+        constexpr int V = Sh::V, S = Sh::S, NV = Sh::NV, NC = Sh::NC, KG = Sh::KG, UNROLL = Sh::UNROLL;
         if constexpr (STAGE) {
             for (int t = threadIdx.x; t < R * K; t += GC_BLOCK) arow[t] = a(min(row0 + t / K, M - 1), t % K);
             __syncthreads();
         }
-        auto at = [&](int r, int k) -> T { return STAGE ? arow[r * K + k] : a(min(row0 + r, M - 1), k); };
-        // B moves in vectors of V along its contiguous dimension: columns (B is K x N) or k (B is N x K, TB)
-        constexpr int V = (TB ? K : N) % 4 == 0 ? 4 : 1;
-        constexpr int NV = TB ? N : (N + V - 1) / V;                 // a thread's column (vector)s
-        constexpr int NC = (NV + 31) / 32 * 32 < GC_BLOCK ? (NV + 31) / 32 * 32 : GC_BLOCK;
-        constexpr int GT = GC_BLOCK / NC, GS = 4096 / (R * N) > 1 ? 4096 / (R * N) : 1;
-        constexpr int G = GT < GS ? GT : GS;                         // K groups (their partials: <= 16 KB)
-        constexpr int KG = ((K + G - 1) / G + V - 1) / V * V;        // a group's share of K (TB: whole vectors)
-        __shared__ T partial[G > 1 ? G * R * N : 1];
+        // A's k .. k + S - 1 at row r
+        auto at = [&](int r, int k) -> gc_vec<T, S> {
+            if constexpr (STAGE && S > 1) {
+                return *(const gc_vec<T, S>*)(arow + r * K + k);
+            } else {
+                gc_vec<T, S> x;
+#pragma unroll
+                for (int s = 0; s < S; s++) x.v[s] = STAGE ? arow[r * K + k + s] : a(min(row0 + r, M - 1), k + s);
+                return x;
+            }
+        };
         const int c = threadIdx.x % NC, g = threadIdx.x / NC;
         const int k0 = g * KG, k1 = min(K, k0 + KG);
         if (g < G) {
@@ -172,22 +204,20 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
                 for (int r = 0; r < R; r++)
 #pragma unroll
                     for (int w = 0; w < W; w++) acc[r][w] = 0;
-                // 8 steps unrolled: their B loads (L2 hits) go out together; a step's latency is the stage's cost
-                // (4: MLP step at batch 128 0.65 us slower on an H100, 16: slower too)
-#pragma unroll 8
-                for (int k = k0; k < k1; k += TB ? V : 1) {
-                    const gc_vec<T, V> b = TB ? *(const gc_vec<T, V>*)(B + (int64_t)j * K + k)
-                                              : *(const gc_vec<T, V>*)(B + (int64_t)k * N + j * V);
+#pragma unroll (UNROLL)
+                for (int k = k0; k < k1; k += S) {
+                    gc_vec<T, V> b[TB ? 1 : S];
+#pragma unroll
+                    for (int s = 0; s < (TB ? 1 : S); s++)
+                        b[s] = TB ? *(const gc_vec<T, V>*)(B + (int64_t)j * K + k)
+                                  : *(const gc_vec<T, V>*)(B + (int64_t)(k + s) * N + j * V);
 #pragma unroll
                     for (int r = 0; r < R; r++) {
-                        if constexpr (TB) {
+                        const gc_vec<T, S> x = at(r, k);
 #pragma unroll
-                            for (int v = 0; v < V; v++) acc[r][0] += at(r, k + v) * b.v[v];
-                        } else {
-                            const T x = at(r, k);
+                        for (int s = 0; s < S; s++)
 #pragma unroll
-                            for (int w = 0; w < W; w++) acc[r][w] += x * b.v[w];
-                        }
+                            for (int w = 0; w < W; w++) acc[r][w] += x.v[s] * (TB ? b[0].v[s] : b[s].v[w]);
                     }
                 }
                 if (cv < NV) {
@@ -205,6 +235,14 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
         }
         if constexpr (G > 1) gc_row_gemm_sum<T, M, N, R, G, N>(partial, C, ep, row0);
     }
+}
+
+// The largest of a chain's stages' gc_row_gemm_shape::bytes, rounded up to 16 bytes: the size of the
+// chain kernel's work buffer (at least 16: an array has a size, where no stage needs any).
+__host__ __device__ constexpr size_t gc_chain_work() { return 16; }
+template <typename... More>
+__host__ __device__ constexpr size_t gc_chain_work(size_t bytes, More... more) {
+    return ((bytes > gc_chain_work(more...) ? bytes : gc_chain_work(more...)) + 15) & ~(size_t)15;
 }
 
 #endif   // GC_KERNELS

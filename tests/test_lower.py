@@ -268,11 +268,12 @@ def test_tf32_programs_chain_their_small_gemms_in_fp32():
 
 def wide_chains():
     """(outputs, feeds): chains of GEMMs of more than 32 columns (gc_row_gemm's other form): relu layers and
-    their row-local backward GEMMs at 40 and 1000 rows; and two chains that must not form: a GEMM whose B is
-    written by the GEMM before it, and an epilogue reading the earlier GEMM's result transposed."""
+    their row-local backward GEMMs at 40, 1000 and 1001 rows (4 rows a block, the last block's 1 of them; K of
+    50 and 10, not multiples of 4, and N of 50); and two chains that must not form: a GEMM whose B is written
+    by the GEMM before it, and an epilogue reading the earlier GEMM's result transposed."""
     r = np.random.RandomState(7)
     outputs, feeds = [], {}
-    for k, (m, d, h) in enumerate([(40, 64, 100), (1000, 48, 256)]):
+    for k, (m, d, h) in enumerate([(40, 64, 100), (1000, 48, 256), (1001, 50, 100)]):
         x, w1, w2 = gc.placeholder(f"x{k}", (m, d)), gc.placeholder(f"w1{k}", (d, h)), gc.placeholder(f"w2{k}", (h, 10))
         labels = gc.placeholder(f"labels{k}", (m,), dtype="int32")
         loss = gc.softmax_cross_entropy(gc.relu(x @ w1) @ w2, labels)
@@ -291,8 +292,9 @@ def wide_chains():
 def test_wide_chains():
     src = compile_program(wide_chains()[0], "cuda")
     shapes = chain_shapes(src.kernels["eval"])
-    assert [s[:3] for s in shapes] == [(40, 1, 40), (1000, 4, 250)]
+    assert [s[:3] for s in shapes] == [(40, 1, 40), (1000, 4, 250), (1001, 4, 251)]
     assert [(100, 64), (10, 100), "rows", (100, 10), (64, 100)] in [s[3] for s in shapes]
+    assert [(100, 50), (10, 100), "rows", (100, 10), (50, 100)] in [s[3] for s in shapes]
     assert all(48 not in (k.values["m"],) for k in src.kernels["eval"] if k.kind == "chain")
 
 
