@@ -103,7 +103,10 @@ class Tile:
 # H100, one run, against the register-staged tile the sweep had chosen: b1000 x @ W1 18.07 -> 16.85 us, dW1
 # 18.33 -> 16.83, dW2 6.95 -> 5.95 with the first two; later, against those, with the step's epilogue:
 # 64 x 64 x 32 b1000 x @ W1 15.85 -> 15.70, 64 x 64 x 16 / 8 x 8 dW1 17.13 -> 16.45, 32 x 32 x 16 dh1 b1000
-# 4.67 -> 4.58 and b128 3.63 -> 3.40).
+# 4.67 -> 4.58 and b128 3.63 -> 3.40). Tiles of 256 threads, for more warps an SM (64 x 64 / 4 x 4 register-
+# staged and pipelined, 128 x 64 / 8 x 4 pipelined), were slower at every MLP shape (H100, one sweep at 7aefa5a,
+# best of them against the chosen: b128 x @ W1 7.57 vs 6.85 us, dW1 5.46 vs 4.22; b1000 x @ W1 18.82 vs 15.84,
+# dW1 17.24 vs 16.87): not kept.
 TILES = {
     "fp32": [Tile(128, 128, 8, 8, 8), Tile(64, 64, 16, 8, 4), Tile(64, 64, 32, 8, 4), Tile(64, 32, 16, 4, 4),
              Tile(32, 64, 16, 4, 4), Tile(32, 64, 32, 4, 4), Tile(32, 32, 16, 4, 4), Tile(32, 32, 32, 4, 4),
