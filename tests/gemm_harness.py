@@ -40,10 +40,11 @@ struct ep_test {
 static ep_test make_ep(ep_test*, const void* bias) { return ep_test{bias}; }
 static gc_ep_store make_ep(gc_ep_store*, const void*) { return gc_ep_store{}; }
 
-// name.bin from dir into device memory, `shift` elements past a 256-byte boundary.
+// <what><i>.bin from dir into device memory, `shift` elements past a 256-byte boundary.
 template <typename T>
-static int upload(const char* dir, const char* name, int shift, T** out, std::vector<T>& host) {
-    char path[4096];
+static int upload(const char* dir, const char* what, int i, int shift, T** out, std::vector<T>& host) {
+    char name[64], path[4096];
+    snprintf(name, sizeof name, "%s%d", what, i);
     snprintf(path, sizeof path, "%s/%s.bin", dir, name);
     FILE* f = fopen(path, "rb");
     if (!f) return gc_fail(GC_ERR_IO, "cannot open %s", path);
@@ -60,21 +61,9 @@ static int upload(const char* dir, const char* name, int shift, T** out, std::ve
     return gc_copy_to_device(*out, host.data(), bytes);
 }
 
-template <typename T, bool TA, bool TB, class Tile, class Ep>
-static int run_case(const char* dir, int i, int M, int N, int K, int batch, long long sa, long long sb,
-                    long long sc, int shift) {
-    char name[64];
-    std::vector<T> ha, hb, hbias, hc;
-    T *a, *b, *bias, *c;
-    snprintf(name, sizeof name, "a%d", i);
-    GC_TRY(upload(dir, name, shift, &a, ha));
-    snprintf(name, sizeof name, "b%d", i);
-    GC_TRY(upload(dir, name, 0, &b, hb));
-    snprintf(name, sizeof name, "bias%d", i);
-    GC_TRY(upload(dir, name, 0, &bias, hbias));
-    snprintf(name, sizeof name, "c%d", i);
-    GC_TRY(upload(dir, name, 0, &c, hc));
-    GC_TRY((gc_gemm<T, TA, TB, Tile>(a, b, c, M, N, K, make_ep((Ep*)0, bias), batch, sa, sb, sc)));
+// The result c (host copy hc) into dir/out<i>.bin.
+template <typename T>
+static int download(const char* dir, int i, const T* c, std::vector<T>& hc) {
     GC_TRY(gc_copy_to_host(hc.data(), c, hc.size() * sizeof(T)));
     char path[4096];
     snprintf(path, sizeof path, "%s/out%d.bin", dir, i);
@@ -84,11 +73,23 @@ static int run_case(const char* dir, int i, int M, int N, int K, int batch, long
     return GC_OK;
 }
 
+template <typename T, bool TA, bool TB, class Tile, class Ep>
+static int run_case(const char* dir, int i, int M, int N, int K, int batch, long long sa, long long sb,
+                    long long sc, int shift) {
+    std::vector<T> ha, hb, hbias, hc;
+    T *a, *b, *bias, *c;
+    GC_TRY(upload(dir, "a", i, shift, &a, ha));
+    GC_TRY(upload(dir, "b", i, 0, &b, hb));
+    GC_TRY(upload(dir, "bias", i, 0, &bias, hbias));
+    GC_TRY(upload(dir, "c", i, 0, &c, hc));
+    GC_TRY((gc_gemm<T, TA, TB, Tile>(a, b, c, M, N, K, make_ep((Ep*)0, bias), batch, sa, sb, sc)));
+    return download(dir, i, c, hc);
+}
+
 // The same GEMM with A the image input read in place (gc_rows): the source's rows (uint8 or float, `shift`
 // elements past an aligned address), gathered by the index (or rows 0.. in order), uint8 scaled by 1/255.
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 static int run_rows_case(const char* dir, int i, int M, int N, int K, int u8, int indexed, int shift) {
-    char name[64];
     std::vector<uint8_t> hs8;
     std::vector<float> hs32;
     std::vector<uint32_t> hidx;
@@ -97,25 +98,14 @@ static int run_rows_case(const char* dir, int i, int M, int N, int K, int u8, in
     float* s32 = nullptr;
     uint32_t* idx = nullptr;
     T *b, *bias, *c;
-    snprintf(name, sizeof name, "src%d", i);
-    GC_TRY(u8 ? upload(dir, name, shift, &s8, hs8) : upload(dir, name, shift, &s32, hs32));
-    snprintf(name, sizeof name, "idx%d", i);
-    if (indexed) GC_TRY(upload(dir, name, 0, &idx, hidx));
-    snprintf(name, sizeof name, "b%d", i);
-    GC_TRY(upload(dir, name, 0, &b, hb));
-    snprintf(name, sizeof name, "bias%d", i);
-    GC_TRY(upload(dir, name, 0, &bias, hbias));
-    snprintf(name, sizeof name, "c%d", i);
-    GC_TRY(upload(dir, name, 0, &c, hc));
+    GC_TRY(u8 ? upload(dir, "src", i, shift, &s8, hs8) : upload(dir, "src", i, shift, &s32, hs32));
+    if (indexed) GC_TRY(upload(dir, "idx", i, 0, &idx, hidx));
+    GC_TRY(upload(dir, "b", i, 0, &b, hb));
+    GC_TRY(upload(dir, "bias", i, 0, &bias, hbias));
+    GC_TRY(upload(dir, "c", i, 0, &c, hc));
     gc_rows rows = {u8 ? (const void*)s8 : (const void*)s32, idx, 1.f / 255.f, u8};
     GC_TRY((gc_gemm<T, TA, TB, Tile>(rows, b, c, M, N, K, make_ep((Ep*)0, bias))));
-    GC_TRY(gc_copy_to_host(hc.data(), c, hc.size() * sizeof(T)));
-    char path[4096];
-    snprintf(path, sizeof path, "%s/out%d.bin", dir, i);
-    FILE* f = fopen(path, "wb");
-    if (!f || fwrite(hc.data(), sizeof(T), hc.size(), f) != hc.size()) return gc_fail(GC_ERR_IO, "cannot write %s", path);
-    fclose(f);
-    return GC_OK;
+    return download(dir, i, c, hc);
 }
 """
 
