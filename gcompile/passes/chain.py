@@ -8,32 +8,20 @@ synchronization between stages: one launch instead of one per stage, and the val
 
 Here, on nodes, after schedule: stages are taken greedily from a kernel that can start a chain; kernels in
 between that do not join it (at most CHAIN_WINDOW) and that no later stage depends on are moved after the
-chain (in their order),
-so the chain's stages become consecutive in the schedule. plan_memory then keeps every buffer a chain
-reads or writes live over the whole chain (the blocks run the stages at different times: no stage may
+chain (in their order), so the chain's stages become consecutive in the schedule. plan_memory then keeps
+every buffer a chain reads or writes live over the whole chain (the blocks run the stages at different times: no stage may
 reuse bytes another stage touches). lower checks the same rules on the arena's bytes again and lowers the
 chain when every stage fits its kernel (else the stages stay separate kernels).
 """
 from __future__ import annotations
 
 from ..graph import Node
-from .plan_memory import NO_KERNEL, storage_root, step_writes
+from .plan_memory import NO_KERNEL, gemm_of, storage_root, step_writes
 
 # The most elements a stage's B may have: every block reads all of B (from L2), so a chain's GEMMs are small
 # ones (the MLP's W2 has 25,600, logistic regression's W 7,840; its W1, 200,704, stays a tiled GEMM).
 CHAIN_MAX_B = 32768
 CHAIN_WINDOW = 8    # the most kernels moved after a chain: the search for its next stage ends there
-
-
-def gemm_of(node: Node):
-    """(matmul, A, B) of a GEMM step (a gemm group or a plain matmul), or None."""
-    if node.op == "matmul":
-        return node, node.inputs[0], node.inputs[1]
-    if node.op == "fused" and node.attrs["group"].kind == "gemm":
-        group = node.attrs["group"]
-        matmul = group.members[0]
-        return matmul, group.external[matmul.inputs[0]], group.external[matmul.inputs[1]]
-    return None
 
 
 def rows_of(node: Node) -> int | None:

@@ -22,8 +22,8 @@ from ..ops import get_op
 from .fuse import REDUCTIONS, Group, Layout, strides
 from ..ops.conv import windows_of
 from ..ops.random import dropout_threshold
-from .chain import gemm_of, own_row_reads, own_row_writes, rows_of
-from .plan_memory import NO_KERNEL, is_literal, step_writes, storage_root
+from .chain import own_row_reads, own_row_writes, rows_of
+from .plan_memory import NO_KERNEL, gemm_of, is_literal, step_writes, storage_root
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "uint8": "uint8_t"}
 BLOCK = 256                      # threads per block of every fused kernel (GC_BLOCK in the runtime)
@@ -226,15 +226,8 @@ class Lowering:
             return None
         values, details, groups, what = [], [], [], []
         for i, node in enumerate(stages):
-            gemm = gemm_of(node)
-            if gemm is not None:
-                matmul, a, b = gemm
-                if node.op == "fused":
-                    code = GroupCode(self, node.attrs["group"])
-                    epilogue, stored = code.epilogue()
-                    v = self.gemm(matmul, (a, b), self.pointer(code.target(stored), const=False), epilogue)
-                else:
-                    v = self.gemm(matmul, (a, b), self.pointer(node, const=False), None)
+            if gemm_of(node) is not None:
+                v = self.gemm_step(node)
                 v["gemm"] = True
                 what.append(f"GEMM {v['m']}x{v['n']} K {v['k']}")
             else:
@@ -258,7 +251,16 @@ class Lowering:
                       fused=fused[1:])
 
     def lower_matmul(self, node: Node):
-        return "matmul", self.gemm(node, node.inputs, self.pointer(node, const=False), None)
+        return "matmul", self.gemm_step(node)
+
+    def gemm_step(self, node: Node) -> dict:
+        """The gemm values of a GEMM step: a gemm group, C through its epilogue, or a plain matmul."""
+        matmul, a, b = gemm_of(node)
+        if node.op == "matmul":
+            return self.gemm(matmul, (a, b), self.pointer(node, const=False), None)
+        code = GroupCode(self, node.attrs["group"])
+        epilogue, stored = code.epilogue()
+        return self.gemm(matmul, (a, b), self.pointer(code.target(stored), const=False), epilogue)
 
     def gemm(self, node: Node, operands, c: str, epilogue: dict | None) -> dict:
         a, b = operands
@@ -281,11 +283,7 @@ class Lowering:
     def lower_fused(self, node: Node):
         group: Group = node.attrs["group"]
         if group.kind == "gemm":
-            code = GroupCode(self, group)
-            epilogue, stored = code.epilogue()
-            matmul = group.members[0]
-            return "matmul", self.gemm(matmul, tuple(group.external[x] for x in matmul.inputs),
-                                       self.pointer(code.target(stored), const=False), epilogue)
+            return "matmul", self.gemm_step(node)
         segments, first = [], 0
         for i, part in enumerate(group.segments or [group]):
             body = GroupCode(self, part).segment(f"{self.name}_s{i}")

@@ -174,18 +174,27 @@ def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, 
                   f"at its offset ({rows_bytes(x)} bytes): the batch gather is fused into their loads")
 
 
-def reads_rows_only(node: Node, x: Node) -> bool:
-    """Whether the step `node` reads x only as the A operand of a 2-D float32 GEMM."""
+def gemm_of(node: Node):
+    """(matmul, A, B) of a GEMM step (a gemm group or a plain matmul), or None."""
+    if node.op == "matmul":
+        return node, node.inputs[0], node.inputs[1]
     if node.op == "fused" and node.attrs["group"].kind == "gemm":
         group = node.attrs["group"]
-        matmul, outer = group.members[0], (lambda n: group.external.get(n, n))
-        if any(outer(i) is x for m in group.members[1:] for i in m.inputs):
-            return False
-    elif node.op == "matmul":
-        matmul, outer = node, (lambda n: n)
-    else:
+        matmul = group.members[0]
+        return matmul, group.external[matmul.inputs[0]], group.external[matmul.inputs[1]]
+    return None
+
+
+def reads_rows_only(node: Node, x: Node) -> bool:
+    """Whether the step `node` reads x only as the A operand of a 2-D float32 GEMM."""
+    gemm = gemm_of(node)
+    if gemm is None:
         return False
-    a, b = (outer(i) for i in matmul.inputs)
+    matmul, a, b = gemm
+    if node.op == "fused":   # not in the GEMM's epilogue either
+        group = node.attrs["group"]
+        if any(group.external.get(i, i) is x for m in group.members[1:] for i in m.inputs):
+            return False
     return a is x and b is not x and matmul.ndim == 2 and matmul.dtype == "float32"
 
 
