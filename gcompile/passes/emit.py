@@ -65,6 +65,16 @@ def c_string(text: str) -> str:
     return "\n    ".join(lines) or '""'
 
 
+def kernel_gemms(k) -> list[tuple[str, dict]]:
+    """The GEMMs a kernel computes, each as (the name its own epilogue type takes, its gemm values): a
+    matmul's, a chain's GEMM stages'."""
+    if k.kind == "matmul":
+        return [(k.name, k.values)]
+    if k.kind == "chain":
+        return [(f"{k.name}_s{i}", v) for i, v in enumerate(k.values["stages"]) if v["gemm"]]
+    return []
+
+
 def share_epilogues(kernels) -> None:
     """GEMMs whose epilogues are the same code share the first one's functor type (values["ep_type"]; the
     kernel that defines it has values["ep_defines"]). The eval graph's forward GEMMs repeat the train
@@ -72,9 +82,7 @@ def share_epilogues(kernels) -> None:
     optimize every instantiation separately, and they are most of a cold cuda build (docs/compiler.md)."""
     first = {}
     for k in kernels:
-        gemms = [(k.name, k.values)] if k.kind == "matmul" else \
-            [(f"{k.name}_s{i}", v) for i, v in enumerate(k.values["stages"]) if v["gemm"]] if k.kind == "chain" else []
-        for name, values in gemms:      # (a chain's GEMM stages each have theirs)
+        for name, values in kernel_gemms(k):
             if values.get("epilogue"):
                 key = json.dumps(values["epilogue"], sort_keys=True)
                 values["ep_type"] = first.setdefault(key, f"{name}_ep")
@@ -121,7 +129,7 @@ def assign_parts(kernels, target: str) -> int:
     shared = nx.Graph()   # a kernel and what it shares: its epilogue type, its GEMM instantiation
     for k in kernels:
         shared.add_node(("kernel", k.name))
-        for values in [k.values] + k.values.get("stages", []):
+        for _, values in kernel_gemms(k):
             if values.get("ep_type"):
                 shared.add_edge(("kernel", k.name), ("epilogue", values["ep_type"]))
         if k.kind == "matmul":
