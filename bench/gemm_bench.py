@@ -271,16 +271,22 @@ def calibrate(result: dict, base: dict | None = None) -> dict:
         x[-4:] = [1, f["per_sm"], f["split"], f["split_size"]]
         X.append(x / r["own_us"])
         y.append(1.0)
-    try:
-        from scipy.optimize import nnls
-        coef, _ = nnls(np.array(X), np.array(y), maxiter=20000)
-    except ImportError:   # plain least squares, negative constants clipped
-        coef = np.clip(np.linalg.lstsq(np.array(X), np.array(y), rcond=None)[0], 0, None)
-    coef = [round(float(c), 4) for c in coef]
+    coef = [round(float(c), 4) for c in nonneg_fit(np.array(X), np.array(y))]
     model = {"f0": coef[-4], "per_block": coef[-3], "split0": coef[-2], "split1": coef[-1],
              "tiles": {name: [coef[i], coef[len(names) + i]] for i, name in enumerate(names)}}
     return {"gpu": result["gpu"], "commit": result["commit"], "source": "bench/gemm_bench.py --sweep",
             "model": model, "measured": list(fastest(rows).values())}
+
+
+def nonneg_fit(X, y):
+    """The non-negative least-squares solution of X c = y (scipy's nnls; without scipy, plain least squares
+    with negative constants clipped)."""
+    import numpy as np
+    try:
+        from scipy.optimize import nnls
+        return nnls(X, y, maxiter=20000)[0]
+    except ImportError:
+        return np.clip(np.linalg.lstsq(X, y, rcond=None)[0], 0, None)
 
 
 def fastest(rows) -> dict:
@@ -311,12 +317,7 @@ def merge(base: dict, rows, result: dict) -> dict:
             raise ValueError(f"calibrate: catalogue tile {name} has no constants and was not timed")
         X = np.array([[f["latency_steps"] / us, f["throughput_steps"] / us] for f, us in fs])
         y = np.array([max(us - shared(f), 0.0) / us for f, us in fs])
-        try:
-            from scipy.optimize import nnls
-            coef, _ = nnls(X, y)
-        except ImportError:
-            coef = np.clip(np.linalg.lstsq(X, y, rcond=None)[0], 0, None)
-        model["tiles"][name] = [round(float(c), 4) for c in coef]
+        model["tiles"][name] = [round(float(c), 4) for c in nonneg_fit(X, y)]
     best = fastest(rows)
     measured = []
     for e in base["measured"]:
