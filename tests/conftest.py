@@ -1,6 +1,8 @@
-"""Shared fixtures: MNIST (fetched once into the user's cache), the reference table, the example loader."""
+"""Shared fixtures: MNIST (fetched once into the user's cache), the reference table, the example and bench
+loaders."""
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,8 @@ import pytest
 from gcompile import DataError
 from gcompile.data import prepare_mnist
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
 
 REFERENCE = {  # model: (last-batch loss of epochs 1..10, validation accuracy after 10 epochs)
     "mnist_logreg": ([0.5275, 0.4561, 0.4258, 0.4082, 0.3964, 0.3879, 0.3812, 0.3759, 0.3715, 0.3677], 0.9223),
@@ -35,3 +38,15 @@ def load_example(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_bench():
+    """The bench package from the checkout (it is not part of the installed wheel), without putting the
+    checkout on sys.path, which would shadow the installed gcompile. Its modules then import as bench.X."""
+    if "bench" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bench", ROOT / "bench" / "__init__.py",
+                                                      submodule_search_locations=[str(ROOT / "bench")])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bench"]

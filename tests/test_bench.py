@@ -1,25 +1,17 @@
 """The benchmark's own logic on fake numbers: timing statistics, ratios, the table, the JSON file, the
 HLO kernel estimate and the gcompile binary's log reading. No torch, no jax, no GPU: `make bench` itself
 runs on the GPU machine."""
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT, load_bench
 
 
-def load_bench():
-    """The bench package from the checkout (it is not part of the installed wheel), without putting the
-    checkout on sys.path, which would shadow the installed gcompile."""
-    if "bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench", ROOT / "bench" / "__init__.py",
-                                                      submodule_search_locations=[str(ROOT / "bench")])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["bench"] = module
-        spec.loader.exec_module(module)
+def bench_modules():
+    """The bench package (conftest.load_bench) with the modules these tests use."""
+    load_bench()
     import bench.gc_side
     import bench.jax_peers
     import bench.report
@@ -28,7 +20,7 @@ def load_bench():
     return bench
 
 
-bench = load_bench()
+bench = bench_modules()
 report, timing = bench.report, bench.timing
 
 

@@ -235,10 +235,9 @@ def test_choose_tile_errors_and_candidates():
 def test_sweep_calibrates_on_the_gemms_as_the_step_runs_them():
     """The sweep times every candidate with the epilogue the step fuses into that GEMM, and the calibration
     takes the fastest of those (a GEMM with no epilogue: of the plain timings)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("gemm_bench", Path(__file__).resolve().parent.parent / "bench" / "gemm_bench.py")
-    gb = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gb)
+    from conftest import load_bench
+    load_bench()
+    from bench import gemm_bench as gb
     cases = gb.bench_cases(sweep=True)
     dh1 = [c for c in cases if c["name"] == "b1000 bwd  dh1 = g2 W2^T" and c["precision"] == "fp32"]
     assert {c["epilogue"] for c in dh1 if not c["chosen"]} == {"relu_mask"} and len(dh1) > 10
