@@ -102,8 +102,8 @@ __device__ __forceinline__ void gc_mma_tf32(float* d, const uint32_t* a, const u
 }
 
 // Thread-block clusters (sm_90) in PTX: the cluster barrier (release / acquire: shared-memory writes before
-// it are seen by every block of the cluster after it; arrive and wait may be apart), this block's rank, and the address of a shared
-// variable in another block of the cluster (a generic pointer that plain loads read).
+// it are seen by every block of the cluster after it; arrive and wait may be apart), this block's rank, and
+// the address of a shared variable in another block of the cluster (a generic pointer that plain loads read).
 __device__ __forceinline__ void gc_cluster_arrive() {
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
@@ -367,6 +367,17 @@ struct gc_gemm_block {
         k_end = min(K, k_begin + KS);
         ktiles = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
     }
+
+    // A read in place (the kernels' RA): the block's row indices, staged in shared memory once so that a K
+    // step's loads wait on shared memory only, not on a dependent global load — its BM rows of M, or with TA
+    // its split's K range, which the static shape bounds: IDX entries (those past the rows: 0).
+    static constexpr int IDX = TA ? ((Tile::SK + S - 1) / S + BK - 1) / BK * BK : Tile::BM;
+    __device__ __forceinline__ void stage_rows(uint32_t* ridx, const gc_rows& rows) const {
+        const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(Tile::BM, M - m0);
+        for (int i = threadIdx.x; i < IDX; i += Tile::THREADS)
+            ridx[i] = i >= count ? 0 : rows.index ? rows.index[first + i] : first + i;
+        __syncthreads();
+    }
 };
 
 // The end of every GEMM kernel, from its accumulators as runs of RUN results at tile coordinates (for_runs):
@@ -410,10 +421,9 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
     constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
     constexpr int PIPE = 2 * BK * (LDA + LDB), RED = S > 1 ? BM * BN : 0;
-    // The row indices this block reads, staged once (BM rows of M; with TA the split's K
-    // range, which the static shape bounds), so that a step's loads wait on shared memory only.
+    // RA: the row indices this block reads (gc_gemm_block::stage_rows)
     static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0 && sizeof(T) == 4), "gc_gemm: batch rows need a static shape");
-    constexpr int KSMAX = ((Tile::SK + S - 1) / S + BK - 1) / BK * BK, NIDX = RA ? (TA ? KSMAX : BM) : 1;
+    constexpr int NIDX = RA ? gc_gemm_block<T, TA, TB, Tile>::IDX : 1;
     static_assert(((PIPE > RED ? PIPE : RED) * sizeof(T) + NIDX * 4) <= 48 * 1024, "gc_gemm: tile needs over 48 KB of shared memory");
     __shared__ __align__(16) T smem[PIPE > RED ? PIPE : RED];
     __shared__ uint32_t ridx[NIDX];
@@ -431,12 +441,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     const T* __restrict__ A = p.A + b * p.sa;
     const T* __restrict__ B = p.B + b * p.sb;
     T* __restrict__ C = p.C + b * p.sc;
-    if constexpr (RA) {
-        const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(BM, M - m0);
-        for (int i = threadIdx.x; i < NIDX; i += THREADS)
-            ridx[i] = i >= count ? 0 : p.rows.index ? p.rows.index[first + i] : first + i;
-        __syncthreads();
-    }
+    if constexpr (RA) blk.stage_rows(ridx, p.rows);
 
     // A's block is (BM x BK) of A, or (BK x BM) of A stored transposed; B's likewise. Two register sets:
     // with DEEP, a step's loads are issued two steps before their data is stored to shared memory.
@@ -570,8 +575,9 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
 
 // ---- the pipelined kernel (tiles with STAGES > 0) -------------------------------------------------------
 // cp.async (sm_80): a SIZE-byte copy from global to shared memory that bypasses registers; a dead copy
-// (live false) writes zeros and reads nothing (its source address may lie outside the matrix). Copies are grouped (commit) and waited for by group: all but
-// the newest N. Before sm_80: a plain copy through a register, and nothing to wait for.
+// (live false) writes zeros and reads nothing (its source address may lie outside the matrix). Copies are
+// grouped (commit) and waited for by group: all but the newest N. Before sm_80: a plain copy through a
+// register, and nothing to wait for.
 template <int SIZE>
 __device__ __forceinline__ void gc_cp_async(void* dst, const void* src, bool live) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -710,8 +716,8 @@ struct gc_pipe_smem {
 // steps go through STAGES shared-memory buffers filled by cp.async (STAGES - 1 steps in flight while one is
 // computed, one barrier per step, no registers held for loads); each k's A and B fragments are read while
 // the previous k's FMAs run (two register sets). A warp takes a 4 x 8 patch of the thread grid: a k's
-// reads are 4 distinct vectors of A and 8 of B (ncu, b1000 x @ W1: 2.4 shared-memory wavefronts a read). Split-K and the epilogue prefetch
-// as gc_gemm_kernel's.
+// reads are 4 distinct vectors of A and 8 of B (ncu, b1000 x @ W1: 2.4 shared-memory wavefronts a read).
+// Split-K and the epilogue prefetch as gc_gemm_kernel's.
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
 gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
@@ -795,6 +801,16 @@ static bool gc_cluster_launch_supported() {
     return supported == 1;
 }
 
+// A pipelined kernel's dynamic shared memory: over 48 KB, its limit is raised (once per kernel).
+template <auto Kernel>
+static int gc_dynamic_smem_limit(size_t smem) {
+    static bool raised = false;
+    if (!raised && smem > 48 * 1024)
+        GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    raised = true;
+    return GC_OK;
+}
+
 // The tf32 tensor-core pipeline's launch (gc_gemm_tc.cuh: tiles with TF32 and STAGES > 0; RA too).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
@@ -827,13 +843,9 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     cluster.val.clusterDim.z = S;
     if constexpr (Tile::TF32 && Tile::STAGES > 0) {
         return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
-    } else if constexpr (Tile::STAGES > 0 && !RA) {   // over 48 KB of shared memory: the kernel's limit is raised once
+    } else if constexpr (Tile::STAGES > 0 && !RA) {
         constexpr size_t smem = gc_pipe_smem<T, Tile>::bytes;
-        static bool raised = false;
-        if (!raised && smem > 48 * 1024)
-            GC_CUDA_TRY(cudaFuncSetAttribute(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        raised = true;
+        GC_TRY((gc_dynamic_smem_limit<gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>>(smem)));
         return gc_launch_smem(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, smem, &cluster, S > 1, p);
     } else {   // (rows read in place: the fp32 pipelined tiles' sizes are the plain kernel's too, it reads them)
         if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);

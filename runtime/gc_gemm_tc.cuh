@@ -169,8 +169,7 @@ struct gc_tc_smem {
     static constexpr size_t pipe = (size_t)Tile::STAGES * STAGE * 4;
     static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)Tile::BM * Tile::BN * 4 : 0;
     static constexpr size_t data = pipe > red ? pipe : red;
-    static constexpr int KSMAX = ((Tile::SK + Tile::SPLIT - 1) / Tile::SPLIT + Tile::BK - 1) / Tile::BK * Tile::BK;
-    static constexpr int NIDX = RA ? (TA ? KSMAX : Tile::BM) : 0;
+    static constexpr int NIDX = RA ? gc_gemm_block<float, TA, TB, Tile>::IDX : 0;
     static constexpr size_t bytes = data + (size_t)NIDX * 4;
 };
 
@@ -204,12 +203,7 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     // RA: A's rows are the batch's (M x-major, K with TA): their indices into shared memory first.
     const int kl = g.k_end - g.k_begin;
     uint32_t* ridx = reinterpret_cast<uint32_t*>(gc_dynamic_smem + Smem::data);
-    if constexpr (RA != 0) {
-        const int first = TA ? g.k_begin : g.m0, count = TA ? kl : min(BM, g.M - g.m0);
-        for (int i = threadIdx.x; i < Smem::NIDX; i += THREADS)
-            ridx[i] = i >= count ? 0 : p.rows.index ? p.rows.index[first + i] : first + i;
-        __syncthreads();
-    }
+    if constexpr (RA != 0) g.stage_rows(ridx, p.rows);
     typedef typename std::conditional<RA == 2, uint8_t, float>::type E;
     typedef gc_tc_operand<T, LA, THREADS, TA ? !EK : !EM, TA ? !EM : !EK> PlainA;
     typedef gc_tc_rows<E, LA, THREADS, TA ? !EK : !EM, TA ? !EM : !EK> RowsA;
@@ -280,17 +274,12 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     });
 }
 
-// The launch (gc_gemm_launch has checked the shape, made the grid and the cluster attribute): the kernel's
-// dynamic shared memory limit is raised once where the tile needs over 48 KB. RA: by the source's element
-// type (p.rows.u8), the kernel for float or for uint8 rows.
+// The launch (gc_gemm_launch has checked the shape, made the grid and the cluster attribute). RA: by the
+// source's element type (p.rows.u8), the kernel for float or for uint8 rows.
 template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
 static int gc_gemm_tc_launch_as(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
     constexpr size_t smem = gc_tc_smem<TA, TB, Tile, RA>::bytes;
-    static bool raised = false;
-    if (!raised && smem > 48 * 1024)
-        GC_CUDA_TRY(cudaFuncSetAttribute(gc_gemm_tc_kernel<T, TA, TB, Tile, Ep, RA>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    raised = true;
+    GC_TRY((gc_dynamic_smem_limit<gc_gemm_tc_kernel<T, TA, TB, Tile, Ep, RA>>(smem)));
     return gc_launch_smem(gc_gemm_tc_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, smem, cluster,
                           Tile::SPLIT > 1, p);
 }
