@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gcompile as gc
-from gcompile.passes.lower import BLOCK, VECTOR, lower
+from gcompile.passes.lower import BLOCK, VECTOR, lower, prefetch_globals
 from gcompile.pipeline import compile_program
 
 from graphs import mlp_program
@@ -238,6 +238,30 @@ def test_the_mlp_train_step_chains_its_row_local_kernels():
     assert chain.values["stages"][1]["epilogue"] and "b3" in " ".join(chain.details)
     assert chain_shapes(src.kernels["eval"]) == [(128, 1, 128, [(100, 256), (10, 100)])]
     assert "chain of 5 stages" in src.stages["lower"] and "kernel:  k1_" in src.stages["fuse"]
+
+
+def test_a_block_sums_its_global_accumulators_over_the_threads_that_take_slices():
+    # a thread per slice: the first `per` threads hold values (x < per, y = 0), the block's tree spans them
+    assert {(s["sx"], s["per"], s["contributors"]) for s in segments(row_reductions()[0])} >= \
+        {(256, 256, 256), (8, 8, 8), (1, 1, 1), (4, 4, 4)}
+    chains = [k for k in compile_program(heads()[0], "cuda").kernels["eval"] if k.kind == "chain"]
+    assert sorted((k.values["rows"], k.values["stages"][1]["contributors"]) for k in chains) == \
+        [(1, 1)] * 4 + [(8, 8)]
+
+
+def test_the_chains_last_block_prefetches_the_scalars_its_tail_reads():
+    src = compile_program(mlp_program(128), "cuda")
+    chain = src.kernels["train"][1]
+    tail = chain.values["stages"][2]
+    names = ["guard.halted_at", "guard.nonfinite_steps", "guard.skip", "step"]
+    offsets = {b.node.name: b.offset for b in src.plan.buffers if b.node.name in names}
+    assert tail["tail"] and tail["prefetch"] == [f"((const int32_t*)(A + {offsets[n]}))" for n in names]
+
+
+def test_only_what_the_kernel_does_not_write_is_prefetched():
+    segments_ = [{"global_reads": [("p", [(0, 8)]), ("q", [(16, 24)]), ("r", [(32, 40)])]}]
+    prefetch_globals(segments_, [(4, 20)])
+    assert segments_ == [{"prefetch": ["r"]}]
 
 
 def test_a_chain_reads_the_image_input_in_place():

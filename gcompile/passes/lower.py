@@ -104,6 +104,13 @@ def index_type(nodes) -> str:
     return "int" if max(n.size for n in nodes) < 2 ** 30 else "int64_t"
 
 
+def prefetch_globals(segments: list, writes: list) -> None:
+    """Each segment's `prefetch`: the pointers its global part reads that the kernel does not write (any of
+    its segments or stages), which the last block may load into L1 before its ticket (gc_prefetch_l1)."""
+    for s in segments:
+        s["prefetch"] = [pointer for pointer, ranges in s.pop("global_reads") if not overlap(ranges, writes)]
+
+
 def chain_rows(m: int, cap: int) -> int:
     """Rows per block of a chain of M rows: the fewest (a power of two, at most `cap`) that make at most
     CHAIN_BLOCKS blocks."""
@@ -163,6 +170,7 @@ class Lowering:
         self.name = c_name(node, index)
         kind, values = method(node)
         reads, writes = self.ranges(node.inputs), self.ranges(step_writes(node)) + workspaces(values)
+        prefetch_globals(values.get("segments", []), writes)
         if node.op != "fused":
             return Kernel(kind, self.name, f"{self.direction}: {describe(node)}", values,
                           reads=reads, writes=writes)
@@ -241,6 +249,7 @@ class Lowering:
             groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
         text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
         fused = [g for node, g in zip(stages, groups) if node.op == "fused"]
+        prefetch_globals([v for v in values if not v["gemm"]], [w for x in writes for w in x])
         return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
                       f"{text}", {"stages": values, "rows": rows, "blocks": blocks, "m": m,
                                   "rows_input": any(v.get("rows") for v in values)},
@@ -546,6 +555,11 @@ class GroupCode:
             else:
                 self.define(m, "global", global_after, global_done)
         global_stores = [self.store(m, "global") for m in written if ctx[m] == "global"]
+        # what the global part reads from outside the group: the last block prefetches it before the ticket
+        # (Lowering.prefetch_globals keeps what the kernel does not write)
+        global_reads = sorted({self.group.external[x] for m in self.members if ctx[m] == "global"
+                               for x in m.inputs if x not in self.inside
+                               and not is_literal(storage_root(self.group.external[x]))}, key=lambda n: n.name)
         sx, sy = threads(lay)
         per = per or sx
         assert per <= sx, "a block's slices are its threads' columns"
@@ -574,6 +588,9 @@ class GroupCode:
             "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,
             "global_after": global_after, "global_stores": global_stores,
             "sync": sy > 1, "tail": split and bool(global_accs or global_after or global_stores),
+            # the threads whose global accumulators hold values (x < per, y = 0): the block's sum is theirs
+            "contributors": 1 << (per - 1).bit_length(),
+            "global_reads": [(self.lowering.pointer(n), self.lowering.ranges([n])) for n in global_reads],
             # the cpu target: parallel over slices, unless the slices feed a global sum in a fixed order
             "parallel": int(not global_accs and lay.slices * lay.length > 32768),
         }
