@@ -16,6 +16,7 @@ def bench_modules():
     import bench.jax_peers
     import bench.report
     import bench.run
+    import bench.timeline
     import bench.timing
     return bench
 
@@ -248,3 +249,44 @@ def test_targets_are_checked_on_the_rows_of_the_run():
     assert check["label"] == "fused elementwise, of copy bandwidth" and check["value"] == 80 and not check["ok"]
     slow = [dict(r, step_s=r["step_s"] * 20) if r["impl"] == "gcompile" else r for r in fake_rows()]
     assert not {c["label"]: c for c in report.check_targets(slow)}["MLP step, batch 128, fp32"]["ok"]
+
+
+def fake_trace(steps, per_step=3):
+    """A Chrome trace of `steps` steps: a GEMM, then two kernels side by side, the second launched early."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::zeros", "ts": 0.0, "dur": 1.0}]
+    for i in range(steps):
+        t = 100.0 + 20.0 * i
+        events += [
+            {"ph": "X", "cat": "kernel", "ts": t, "dur": 7.0,
+             "name": "void gc_gemm_pipe_kernel<float, false, false, gc_tile<64, 64, 16, 8, 4, 0, 8, 128, 256, "
+                     "784, 4>, k0_fused_relu_ep, false>(gc_gemm_params<float, k0_fused_relu_ep>)"},
+            {"ph": "X", "cat": "kernel", "name": "k1_chain_kernel", "ts": t + 6.5, "dur": 8.0 + (i % 2)},
+            {"ph": "X", "cat": "kernel", "name": "k2_update_kernel", "ts": t + 14.0, "dur": 5.0},
+        ][:per_step]
+    return {"traceEvents": events[::-1]}
+
+
+def test_timeline_places_each_kernel_in_its_step():
+    tl = bench.timeline
+    events = tl.kernel_events(fake_trace(8))
+    assert [e["name"] for e in events[:3]] == [
+        "gc_gemm_pipe_kernel gc_tile<64, 64, 16, 8, 4, 0, 8, 128, 256, 784, 4>", "k1_chain_kernel",
+        "k2_update_kernel"]
+    steps = tl.steps_of(events, 3)
+    assert len(steps) == 4 and steps[0][0]["ts"] == 140.0   # the middle half of 8 steps
+    summary = tl.summarize(steps)
+    assert summary["period"] == 20.0
+    chain = summary["kernels"][1]
+    assert (chain["name"], chain["start"], chain["end"], chain["count"]) == ("k1_chain_kernel", 6.5, 15.0, 4)
+    assert chain["dur"] == 8.5   # the median of 8, 9, 8, 9
+    text = tl.table(summary)
+    assert "k2_update_kernel" in text and text.count("ends last") == 1 and "period" in text
+    assert "ends last" in next(line for line in text.splitlines() if "k2_update_kernel" in line)
+
+
+def test_timeline_refuses_records_that_are_not_whole_steps():
+    tl = bench.timeline
+    with pytest.raises(ValueError, match="not steps of 2 kernels"):
+        tl.steps_of(tl.kernel_events(fake_trace(4)), 2)
+    with pytest.raises(ValueError, match="kernel records for steps of 3"):
+        tl.steps_of(tl.kernel_events(fake_trace(1, per_step=2)), 3)
