@@ -100,8 +100,7 @@ template <typename T, bool MAX>
 __device__ T gc_reduce_partials(const T* partials, int blocks, T init, void* scratch) {
     T v = init;
     for (int j = threadIdx.x; j < blocks; j += GC_BLOCK) {
-        const T o = __ldcg(partials + j);
-        v = MAX ? (o > v || o != o ? o : v) : v + o;   // a max keeps a NaN, as numpy's does
+        v = gc_combine<T, MAX>(v, __ldcg(partials + j));
     }
     return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, scratch);
 }
