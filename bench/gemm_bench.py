@@ -255,10 +255,9 @@ def calibrate(result: dict, base: dict | None = None) -> dict:
     for r in result["rows"]:
         if (r["epilogue"] != "none") != ((r["name"], r["precision"]) in fused) or "own_us" not in r:
             continue
-        v = [int(x) for x in r["tile"].replace("gc_tile<", "").rstrip(">").split(",")]
-        tile = gemm_tiles.Tile(*v[:6], stages=v[10] if len(v) > 10 else 0)
+        tile, split = gemm_tiles.Tile.parse(r["tile"])
         if tile in gemm_tiles.TILES[r["precision"]]:
-            rows.append((r, tile, v[6]))
+            rows.append((r, tile, split))
     if base is not None:
         return merge(base, rows, result)
     names = [t.name for ts in gemm_tiles.TILES.values() for t in ts]

@@ -57,15 +57,16 @@ class Tile:
     tn: int
     tf32: int = 0
     stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
+    kw: int = 1       # fp32 pipelined tiles: groups of threads sharing out each K step's k (KW of gc_tile)
 
     @property
     def threads(self) -> int:
-        return (self.bm // self.tm) * (self.bn // self.tn) * (32 if self.tf32 else 1)
+        return (self.bm // self.tm) * (self.bn // self.tn) * (32 if self.tf32 else 1) * self.kw
 
     @property
     def name(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}"
-                + (f"/cp{self.stages}" if self.stages else ""))
+                + (f"/cp{self.stages}" if self.stages else "") + (f"/kw{self.kw}" if self.kw > 1 else ""))
 
     def smem_bytes(self, split: int = 1) -> int:
         if self.tf32 and self.stages:   # gc_gemm_tc_kernel: k-major rows of X + 4 or x-major of BK + 8 words
@@ -74,7 +75,8 @@ class Tile:
         else:
             pad = 8 if self.tf32 else 4   # words a shared-memory row is padded by (LDA, LDB of both kernels)
             pipeline = max(2, self.stages) * self.bk * (self.bm + pad + self.bn + pad) * 4
-        return max(pipeline, self.bm * self.bn * 4 if split > 1 else 0)
+        # then the partial tiles: K groups 1..kw-1's, the split's sum (gc_pipe_smem)
+        return max(pipeline, max(self.kw - 1, split > 1) * self.bm * self.bn * 4)
 
     def splits(self) -> list[int]:
         """The splits this tile supports: the cluster's ranks share out its rows, the tile fits in smem
@@ -93,9 +95,16 @@ class Tile:
         by_smem = (228 * 1024) // (self.smem_bytes(split) + 1024)
         return max(1, min(32, 2048 // self.threads, 65536 // (cap * self.threads), by_smem))
 
+    @staticmethod
+    def parse(text: str) -> tuple["Tile", int]:
+        """(tile, split) of a `c_type` text."""
+        v = [int(x) for x in text.strip().removeprefix("gc_tile<").removesuffix(">").split(",")]
+        return Tile(*v[:6], stages=v[10] if len(v) > 10 else 0, kw=v[11] if len(v) > 11 else 1), v[6]
+
     def c_type(self, split: int = 1, m: int = 0, n: int = 0, k: int = 0) -> str:
+        tail = f", {self.stages}" if self.stages or self.kw > 1 else ""
         return (f"gc_tile<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.tf32}, {split}, "
-                f"{m}, {n}, {k}{f', {self.stages}' if self.stages else ''}>")
+                f"{m}, {n}, {k}{tail}{f', {self.kw}' if self.kw > 1 else ''}>")
 
 
 # The catalogue: every tile any GEMM may get (tests compile each one with nvcc and check it has no spills).
@@ -112,7 +121,10 @@ TILES = {
              Tile(32, 64, 16, 4, 4), Tile(32, 64, 32, 4, 4), Tile(32, 32, 16, 4, 4), Tile(32, 32, 32, 4, 4),
              Tile(64, 16, 16, 4, 4), Tile(16, 64, 16, 4, 4), Tile(64, 64, 16, 8, 4, stages=4),
              Tile(64, 16, 16, 4, 4, stages=4), Tile(64, 64, 32, 8, 4, stages=3), Tile(64, 64, 16, 8, 8, stages=4),
-             Tile(32, 32, 16, 4, 4, stages=4)],
+             Tile(32, 32, 16, 4, 4, stages=4),
+             # the same with two K groups (KW = 2: twice the warps, each on every other k of a step)
+             Tile(64, 64, 16, 8, 4, stages=4, kw=2), Tile(64, 64, 32, 8, 4, stages=3, kw=2),
+             Tile(64, 64, 16, 8, 8, stages=4, kw=2), Tile(32, 32, 16, 4, 4, stages=4, kw=2)],
     "tf32": [Tile(128, 128, 16, 64, 32, 1), Tile(64, 64, 16, 32, 32, 1), Tile(64, 64, 32, 32, 32, 1),
              Tile(64, 32, 16, 32, 16, 1), Tile(64, 32, 32, 32, 16, 1), Tile(32, 64, 16, 16, 32, 1),
              Tile(32, 64, 32, 16, 32, 1), Tile(32, 32, 16, 16, 16, 1), Tile(32, 32, 32, 16, 16, 1),
@@ -215,6 +227,59 @@ def candidates(m: int, n: int, k: int, precision: str, batch: int = 1, pipelined
     return out
 
 
+def rows_fit(tile: Tile, split: int, rows: bool) -> bool:
+    """Whether the trainer's launches of a GEMM that reads the image input in place can run this tile: fp32
+    tiles then run in the register-staged kernel with the tile's sizes (one K group, two shared-memory
+    buffers of 48 KB at most)."""
+    return not rows or bool(tile.tf32) or replace(tile, stages=0, kw=1).smem_bytes(split) <= SMEM_LIMIT
+
+
+def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, batch: int = 1,
+               dtype: str = "float32", rows: bool = False) -> str:
+    """C text of a tile a tuning record chose (gcompile/tune.py), checked as choose_tile's own choices are:
+    a catalogue tile of the GEMM's precision, a split it supports, usable where A is read in place."""
+    check_precision(precision)
+    tile = tile_by_name(name)
+    if dtype != "float32":
+        raise GCompileError(f"tuned tile {name}: only float32 GEMMs are tuned, this one is {dtype}")
+    if tile not in TILES[precision]:
+        raise GCompileError(f"tuned tile {name} is not a {precision} catalogue tile")
+    if split not in tile.splits() or (split > 1 and (k < 2 * split * tile.bk or batch * split > 65535)):
+        raise GCompileError(f"tuned tile {name}: split {split} does not fit it at K={k} (its splits: "
+                            f"{tile.splits()})")
+    if not rows_fit(tile, split, rows):
+        raise GCompileError(f"tuned tile {name}: too large for the register-staged kernel that reads the image "
+                            "input in place")
+    return tile.c_type(split, m, n, k)
+
+
+def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
+                 dtype: str = "float32", rows: bool = False, count: int = 6) -> list[tuple[Tile, int]]:
+    """What tuning tries for one GEMM besides choose_tile's choice: the measured fastest tile (where the sweep
+    timed the shape), the cost model's cheapest `count` (tile, split) pairs, pipelined ones included, and of
+    those the model puts within 25% of its cheapest, the one with the fewest blocks (a GEMM beside a longer
+    branch leaves it SMs: docs/compiler.md) — all usable for this GEMM. The sweep times each GEMM alone, the
+    tuner in the whole step."""
+    if dtype != "float32" or is_large(m, n, k, batch):
+        return []
+    measured = calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
+    out = [measured] if measured is not None and rows_fit(*measured, rows) else []
+    usable = [(c, t, s) for c, t, s in candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1))
+              if rows_fit(t, s, rows)]
+    for _, tile, split in usable:
+        if len(out) >= count + (measured is not None):
+            break
+        if (tile, split) not in out:
+            out.append((tile, split))
+    blocks = lambda t, s: math.ceil(m / t.bm) * math.ceil(n / t.bn) * s  # noqa: E731 - one use
+    near = [(blocks(t, s), c, t, s) for c, t, s in usable if usable and c <= 1.25 * usable[0][0]]
+    if near:
+        _, _, tile, split = min(near, key=lambda x: (x[0], x[1]))
+        if (tile, split) not in out:
+            out.append((tile, split))
+    return out
+
+
 def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
                 dtype: str = "float32", rows: bool = False) -> str:
     """C text of the tile type for C (m, n) = op(A) (m, k) @ op(B) (k, n), `batch` times, of `dtype` elements.
@@ -234,8 +299,7 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
     # the sweep times float32 GEMMs: its choices are not given to float64 ones (8 x 8 doubles a thread...)
     measured = (calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
                 if dtype == "float32" else None)
-    if measured is not None and not (rows and not measured[0].tf32
-                                     and replace(measured[0], stages=0).smem_bytes(measured[1]) > SMEM_LIMIT):
+    if measured is not None and rows_fit(*measured, rows):
         tile, split = measured
     else:
         # the model ranks the register-staged tiles only: a pipelined one it preferred made logreg's

@@ -22,12 +22,15 @@
 //   STAGES    > 0: a pipelined kernel, operands copied to shared memory with cp.async, STAGES K steps deep:
 //             gc_gemm_pipe_kernel (fp32 FMAs) or, TF32 = 1, gc_gemm_tc_kernel (gc_gemm_tc.cuh);
 //             0: the register-staged one (gc_gemm_kernel).
+//   KW        fp32 pipelined tiles: KW groups of (BM / TM) x (BN / TN) threads, group w computing every KW-th k
+//             of each step (k = w, w + KW, ...) into its own accumulators; group 0 adds the others' in order
+//             0..KW-1 at the end. More warps for a tile, the same shared-memory reads per FMA.
 template <int BM_, int BN_, int BK_, int TM_, int TN_, int TF32_, int SPLIT_ = 1, int SM_ = 0, int SN_ = 0,
-          int SK_ = 0, int STAGES_ = 0>
+          int SK_ = 0, int STAGES_ = 0, int KW_ = 1>
 struct gc_tile {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, TF32 = TF32_, SPLIT = SPLIT_;
-    static constexpr int SM = SM_, SN = SN_, SK = SK_, STAGES = STAGES_;
-    static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 ? 32 : 1);
+    static constexpr int SM = SM_, SN = SN_, SK = SK_, STAGES = STAGES_, KW = KW_;
+    static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 ? 32 : 1) * KW;
 };
 
 // The epilogue that stores the sum unchanged.

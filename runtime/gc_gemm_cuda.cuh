@@ -417,6 +417,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     static_assert(TC ? (TM % 16 == 0 && TN % 8 == 0) : (TM % 4 == 0 && TN % 4 == 0),
                   "gc_gemm: per-thread (fp32) or per-warp (tf32) tile not a multiple of 4x4 (16x8)");
     static_assert(S >= 1 && S <= 8 && BM % S == 0 && BN % 4 == 0, "gc_gemm: split must be 1..8 and divide BM");
+    static_assert(Tile::KW == 1, "gc_gemm: K groups are for fp32 pipelined tiles (gc_gemm_pipe_kernel)");
     // Row padding: tf32 fragment loads hit 32 distinct banks with 8 words; fp32 blocks are read along rows
     // (any padding will do) and 4 words spread the transposed stores of a warp's 16 rows over all banks.
     constexpr int LDA = BM + (TC ? 8 : 4), LDB = BN + (TC ? 8 : 4);
@@ -704,11 +705,12 @@ struct gc_pipe_operand {
 };
 
 // Shared memory of a pipelined tile: STAGES K steps of A (BK x (BM + 4)) and B (BK x (BN + 4)), k-major;
-// split: then the partial tile (BM x BN).
+// then the partial tiles (BM x BN): groups 1..KW-1's, and the split's sum.
 template <typename T, class Tile>
 struct gc_pipe_smem {
     static constexpr size_t pipe = (size_t)Tile::STAGES * Tile::BK * (Tile::BM + 4 + Tile::BN + 4) * sizeof(T);
-    static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)Tile::BM * Tile::BN * sizeof(T) : 0;
+    static constexpr int tiles = Tile::KW - 1 > (Tile::SPLIT > 1) ? Tile::KW - 1 : (Tile::SPLIT > 1);
+    static constexpr size_t red = (size_t)tiles * Tile::BM * Tile::BN * sizeof(T);
     static constexpr size_t bytes = pipe > red ? pipe : red;
 };
 
@@ -722,14 +724,15 @@ template <typename T, bool TA, bool TB, class Tile, class Ep>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
 gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
-    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
+    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS, KW = Tile::KW, GT = THREADS / KW;
     static_assert(!Tile::TF32 && ST >= 2, "gc_gemm: pipelined tiles are fp32, 2+ stages");
+    static_assert(KW >= 1 && BK % KW == 0 && GT % 32 == 0, "gc_gemm: K groups must divide BK, whole warps each");
     static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
     static_assert(BM % TM == 0 && BN % TN == 0 && TM % 4 == 0 && TN % 4 == 0, "gc_gemm: tile sizes do not divide");
     constexpr int LDA = BM + 4, LDB = BN + 4, STAGE = BK * (LDA + LDB);
     static_assert(gc_pipe_smem<T, Tile>::bytes <= 227 * 1024, "gc_gemm: pipelined tile needs over 227 KB of shared memory");
     constexpr int MT = BM / TM, NT = BN / TN, PW = NT < 8 ? NT : 8, PH = 32 / PW;
-    static_assert(THREADS % 32 == 0 && MT % PH == 0 && NT % PW == 0, "gc_gemm: no 4 x 8 warp patches");
+    static_assert(MT % PH == 0 && NT % PW == 0, "gc_gemm: no 4 x 8 warp patches");
     extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
     T* smem = reinterpret_cast<T*>(gc_dynamic_smem);
     gc_wait_prior();
@@ -753,9 +756,11 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
         ob.copy(smem + buf * STAGE + BK * LDA, k0, g.k_end - k0);
     };
 
-    // Thread (ty, tx) owns rows g * 4 * MT + 4 * ty + r and columns g * 4 * NT + 4 * tx + r (r < 4), as in
-    // gc_gemm_kernel; warp w takes the patch of PH rows and PW columns of the (ty, tx) grid at its place.
-    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // Thread (ty, tx) of its K group owns rows g * 4 * MT + 4 * ty + r and columns g * 4 * NT + 4 * tx + r
+    // (r < 4), as in gc_gemm_kernel; warp w of the group takes the patch of PH rows and PW columns of the
+    // (ty, tx) grid at its place.
+    const int group = KW > 1 ? threadIdx.x / GT : 0;
+    const unsigned warp = threadIdx.x % GT / 32, lane = threadIdx.x % 32;
     const int ty = warp / (NT / PW) * PH + lane / PW, tx = warp % (NT / PW) * PW + lane % PW;
     T acc[TM][TN] = {};
     T a[2][TM], bv[2][TN];
@@ -774,19 +779,38 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
 #pragma unroll
             for (int g = 0; g < TN / 4; g++) f(i / 4 * 4 * MT + 4 * ty + i % 4, g * 4 * NT + 4 * tx, &acc[i][4 * g]);
     };
-    // A slice is one k of the step; the epilogue prefetch while the first steps are on their way (split
-    // tiles: not yet).
-    gc_pipeline<ST, BK>(g.ktiles, load, [&] {
-        if constexpr (S == 1) gc_gemm_prefetch<4, !Block::EM, !Block::EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
-    }, [&](int buf, int k, int set) { fragments(smem + buf * STAGE, k, a[set], bv[set]); }, [&](int set) {
+    // A slice is one k of the step for each K group (k = slice * KW + group); the epilogue prefetch (group 0,
+    // which applies it) while the first steps are on their way (split tiles: not yet).
+    gc_pipeline<ST, BK / KW>(g.ktiles, load, [&] {
+        if constexpr (S == 1)
+            if (group == 0) gc_gemm_prefetch<4, !Block::EM, !Block::EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
+    }, [&](int buf, int k, int set) { fragments(smem + buf * STAGE, k * KW + group, a[set], bv[set]); }, [&](int set) {
 #pragma unroll
         for (int i = 0; i < TM; i++)
 #pragma unroll
             for (int j = 0; j < TN; j++) acc[i][j] += a[set][i] * bv[set][j];
     });
+    if constexpr (KW > 1) {   // group 0 adds the other groups' sums to its own, in group order
+        __syncthreads();      // every warp is past its last reads of the buffers
+        if (group > 0)
+            for_runs([&](int row, int col, T* v) { gc_st_run<4>(smem + (group - 1) * BM * BN + row * BN + col, v); });
+        __syncthreads();
+        if (group > 0 && S == 1) return;
+        if (group == 0)
+            for_runs([&](int row, int col, T* v) {
+#pragma unroll
+                for (int w = 1; w < KW; w++) {
+                    T u[4];
+                    gc_ld_run<4>(smem + (w - 1) * BM * BN + row * BN + col, u);
+#pragma unroll
+                    for (int r = 0; r < 4; r++) v[r] += u[r];
+                }
+            });
+    }
+    // (with K groups, group 0's sums are the block's: only it stores them, into the places it read group 1's)
     gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc,
-                                                                  for_runs, [] {
-        __syncthreads();   // every warp is past its last reads of the buffers
+                                                                  [&](auto&& f) { if (group == 0) for_runs(f); }, [] {
+        if constexpr (KW == 1) __syncthreads();   // every warp is past its last reads of the buffers
     });
 }
 
@@ -847,9 +871,12 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
         constexpr size_t smem = gc_pipe_smem<T, Tile>::bytes;
         GC_TRY((gc_dynamic_smem_limit<gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>>(smem)));
         return gc_launch_smem(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, smem, &cluster, S > 1, p);
-    } else {   // (rows read in place: the fp32 pipelined tiles' sizes are the plain kernel's too, it reads them)
-        if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);
-        return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, &cluster, 1, p);
+    } else {   // (rows read in place: the fp32 pipelined tiles' sizes are the plain kernel's too, it reads them,
+               // with one K group)
+        typedef gc_tile<Tile::BM, Tile::BN, Tile::BK, Tile::TM, Tile::TN, Tile::TF32, S, Tile::SM, Tile::SN, Tile::SK,
+                        Tile::STAGES> Plain;
+        if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Plain, Ep, RA>, grid, Plain::THREADS, p);
+        return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Plain, Ep, RA>, grid, Plain::THREADS, &cluster, 1, p);
     }
 }
 

@@ -181,6 +181,7 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
     static_assert(Tile::TF32 && sizeof(T) == 4 && ST >= 2, "gc_gemm: tensor-core pipelined tiles are tf32, 2+ stages");
     static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
+    static_assert(Tile::KW == 1, "gc_gemm: K groups are for fp32 pipelined tiles");
     static_assert(BM % TM == 0 && BN % TN == 0 && TM % 16 == 0 && TN % 8 == 0, "gc_gemm: warp tile not 16 x 8 mma tiles");
     typedef gc_tc_smem<TA, TB, Tile, RA> Smem;
     typedef typename Smem::LA LA;

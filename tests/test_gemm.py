@@ -88,6 +88,31 @@ def cases() -> list[H.Case]:
                 C("float32", ta, tb, "gc_tile<128, 128, 32, 64, 64, 1, 8, 0, 0, 0, 3>", 260, 300, 700, ep=True,
                   tf32=True),
             ]
+    # K groups (KW = 2: the fp32 pipelined kernel's threads in two groups sharing out each step's k), every
+    # transpose case: odd shapes, overhangs, split-K with the epilogue, the MLP's batch-1000 x @ W1 (K no
+    # multiple of a split's steps)
+    for ta in (False, True):
+        for tb in (False, True):
+            out += [
+                C("float32", ta, tb, "gc_tile<64, 64, 16, 8, 4, 0, 1, 0, 0, 0, 4, 2>", 37, 53, 29, ep=True),
+                C("float32", ta, tb, "gc_tile<32, 32, 16, 4, 4, 0, 4, 0, 0, 0, 4, 2>", 100, 36, 1000, ep=True),
+                C("float32", ta, tb, "gc_tile<64, 64, 32, 8, 4, 0, 2, 1000, 256, 784, 3, 2>", 1000, 256, 784,
+                  ep=True),
+                C("float32", ta, tb, "gc_tile<64, 64, 16, 8, 8, 0, 8, 0, 0, 0, 4, 2>", 130, 132, 300),
+            ]
+    out += [
+        # K groups: batches with gaps and odd rows, A unaligned, K = 0, float64, the image input read in place
+        # (the trainer's launches: the register-staged kernel with the tile's sizes, one group)
+        C("float32", False, True, "gc_tile<32, 32, 16, 4, 4, 0, 1, 0, 0, 0, 4, 2>", 33, 20, 17, batch=3,
+          sa=33 * 17 + 3, sb=20 * 17, sc=33 * 20 + 4, ep=True),
+        C("float32", True, False, "gc_tile<64, 64, 16, 8, 4, 0, 2, 0, 0, 0, 4, 2>", 130, 132, 36, shift=1),
+        C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 0, 0, 0, 4, 2>", 5, 7, 0, ep=True),
+        C("float64", True, True, "gc_tile<64, 64, 16, 4, 4, 0, 2, 0, 0, 0, 3, 2>", 45, 138, 77, ep=True),
+        C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 36, 300, 4, 2>", 100, 36, 300, ep=True,
+          rows="u8", index=True),
+        C("float32", True, False, "gc_tile<64, 64, 16, 8, 4, 0, 2, 304, 64, 128, 4, 2>", 304, 64, 128, rows="u8",
+          index=True),
+    ]
     out += [
         # batches with gaps and odd rows, A unaligned, K = 0, split 8 whose last slices are empty
         C("float32", False, True, "gc_tile<64, 64, 32, 32, 32, 1, 1, 0, 0, 0, 4>", 33, 20, 17, batch=3,
