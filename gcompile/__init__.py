@@ -22,6 +22,7 @@ from .program import Program  # noqa: F401
 from .build import Artifact  # noqa: F401
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint  # noqa: F401
 from .compiler import Executor, compile  # noqa: F401,A004
+from .tune import tune  # noqa: F401
 
 
 def __getattr__(name):

@@ -18,6 +18,7 @@ COMMANDS = {  # name: (module, one-line help)
     "build": ("gcompile.commands.build", "compile a model file: one .cu/.cpp, a training binary, a library"),
     "inspect": ("gcompile.commands.inspect", "print the IR after a pass, the schedule and the memory plan"),
     "run": ("gcompile.commands.run", "build a model file if needed, then run its binary (args after --)"),
+    "tune": ("gcompile.commands.tune", "time the training step's GEMM tiles on the GPU; write a tuning record"),
 }
 
 

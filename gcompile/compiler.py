@@ -13,33 +13,41 @@ from .executor import NumpyExecutor
 from .gemm_tiles import check_precision
 from .graph import Node, format_graph, topological_order
 from .resources import code_digest
+from .tune import read_record
 
 TARGETS = ("cuda", "cpu")
 
 
 def compile(program, target: str = "cuda", out_dir=None, name: str | None = None, arch: str | None = None,
             source: str = "<python>", cudart: str = "static",
-            precision: str = "fp32", sanitize: bool = False) -> Artifact:  # noqa: A001 - the design's name
+            precision: str = "fp32", sanitize: bool = False, tuning=None) -> Artifact:  # noqa: A001 - the design's name
     """Compile a gc.Program (or a list of nodes) into out_dir: the .cu/.cpp source, a standalone binary,
     a shared library, the initial parameters and a JSON manifest. precision="tf32" lets float32 GEMMs use
     tf32 tensor cores (cuda; the cpu target computes them in fp32 with double sums either way). `arch`
     (cuda): e.g. "sm_90" or "sm_80,sm_90,compute_90" (see build.gencode_flags). sanitize=True (cpu): an
-    AddressSanitizer/UBSan build."""
+    AddressSanitizer/UBSan build. tuning (cuda): a tuning record, or its JSON file's path, from gc.tune / `gcompile
+    tune`: the training step's GEMM tiles it measured fastest on its GPU (gcompile/tune.py)."""
     if target not in TARGETS:
         raise GCompileError(f"compile: unknown target {target!r}; expected one of {TARGETS}")
     check_precision(precision)
     name = name or getattr(program, "name", None) or "model"
     if not name.isidentifier():
         raise GCompileError(f"compile: program name {name!r} must be a C identifier")
+    record = None
+    if tuning is not None:
+        if target != "cuda":
+            raise GCompileError(f"compile: a tuning record chooses GEMM tiles of the cuda target, not {target!r}")
+        record = read_record(tuning)
     compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
     out_dir = out_dir or Path("build") / name
     key = fingerprint(program, [*build_settings(target, compiler, flags, link_flags), name, source,
-                                f"precision={precision}"])
+                                f"precision={precision}",
+                                *([f"tuning={record['program']}:{record['kernels']}"] if record else [])])
     artifact = cached_artifact(out_dir, name, key)
     if artifact is not None:
         return artifact
     from .pipeline import compile_program  # the passes load networkx and jinja2: only when compiling
-    compiled = compile_program(program, target, name, source, precision=precision,
+    compiled = compile_program(program, target, name, source, precision=precision, tuning=record,
                                build_command=header_commands(target, compiler, flags))
     return build(compiled, out_dir, arch, cudart, program_key=key, sanitize=sanitize)
 

@@ -22,6 +22,7 @@ from .passes.chain import find_chains
 from .passes.schedule import schedule
 from .passes.simplify import simplify
 from .passes.trace import Module, trace
+from .tune import check_applied, record_tiles
 
 PASSES = ("trace", "simplify", "fuse", "schedule", "plan_memory", "lower", "emit")
 
@@ -43,9 +44,12 @@ def graphs_text(graphs: dict) -> str:
 
 
 def compile_program(program, target: str = "cuda", name: str = "model", source: str = "<python>",
-                    build_command="", precision: str = "fp32") -> CompiledSource:
+                    build_command="", precision: str = "fp32", tiles: dict | None = None,
+                    tuning: dict | None = None) -> CompiledSource:
     """build_command: what the source's header shows as its compile commands, or a function of the number of
-    kernels parts (emit.assign_parts) that gives it."""
+    kernels parts (emit.assign_parts) that gives it. tiles: {GEMM kernel name: (tile name, split)} instead of
+    choose_tile's; tuning: a tuning record (gcompile/tune.py, read_record) whose tiles are used, after checking
+    it was made for this program."""
     stages = {}
     module = trace(program, name, source)
     module.precision = check_precision(precision)
@@ -78,7 +82,11 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     check_plan(plan)
     stages["plan_memory"] = plan.format()
 
-    kernels = lower(schedules, plan, precision)
+    if tuning is not None:
+        tiles = {**record_tiles(tuning, stages["simplify"], precision), **(tiles or {})}
+    kernels = lower(schedules, plan, precision, tiles)
+    if tuning is not None:
+        check_applied(tuning, kernels)
     module.kernels = {g: len(ks) for g, ks in kernels.items()}   # one launch per lowered kernel
     stages["lower"] = "\n".join(f"{k.name:<28} {k.kind:<6} {k.comment}" for ks in kernels.values() for k in ks)
     made = {}                           # the fuse stage names the kernel each group became

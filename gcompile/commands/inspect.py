@@ -18,15 +18,19 @@ def run(args) -> int:
     import os
 
     from ..pipeline import PASSES, compile_program  # loads the passes: only when inspecting
+    from ..tune import read_record
 
     if args.after is not None and args.after not in PASSES:
         raise GCompileError(f"--after: unknown pass {args.after!r}; the passes are {', '.join(PASSES)}")
     target = args.target or default_target()
     compiler, flags, _ = compile_flags(target, args.arch, sanitize=args.sanitize)
     program = load_program(args.model, args.batch_size, parse_settings(args.set))
+    if args.tuning is not None and target != "cuda":
+        raise GCompileError(f"--tuning: a tuning record chooses GEMM tiles of the cuda target, not {target!r}")
     compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
                                build_command=header_commands(target, compiler, flags),
-                               precision=args.precision)
+                               precision=args.precision,
+                               tuning=None if args.tuning is None else read_record(args.tuning))
     stages = [args.after] if args.after else ["fuse", "schedule", "plan_memory"]
     for stage in stages:
         print(f"==== after {stage} ====")

@@ -111,6 +111,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="float32 GEMMs in fp32 (default) or on tf32 tensor cores (cuda target)")
     parser.add_argument("--sanitize", action="store_true", help="cpu target: build under AddressSanitizer and "
                         "UndefinedBehaviorSanitizer (every report fatal), for testing")
+    parser.add_argument("--tuning", default=None, metavar="RECORD.json",
+                        help="cuda: build with the GEMM tiles of this tuning record (written by gcompile tune)")
 
 
 def compile_model(args, out_dir=None):
@@ -119,4 +121,4 @@ def compile_model(args, out_dir=None):
     program = load_program(args.model, args.batch_size, parse_settings(args.set))
     return compile_program(program, target=args.target or default_target(), out_dir=out_dir,
                            arch=args.arch, source=os.path.relpath(args.model), precision=args.precision,
-                           sanitize=args.sanitize)
+                           sanitize=args.sanitize, tuning=args.tuning)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GCompileError
-from ..gemm_tiles import choose_tile
+from ..gemm_tiles import choose_tile, tuned_tile
 from ..graph import Node
 from ..ops import get_op
 from .fuse import REDUCTIONS, Group, Layout, strides
@@ -124,6 +124,12 @@ def c_name(node: Node, index: int) -> str:
     return f"k{index}_{re.sub(r'[^0-9A-Za-z_]', '_', node.name)}"
 
 
+def kernel_key(name: str) -> str:
+    """The stable part of a kernel's name, `k<index>` (its place in the program): node ids, in the rest, depend
+    on what else the process built before."""
+    return name.split("_", 1)[0]
+
+
 def describe(node: Node) -> str:
     args = ", ".join(f"{i.name} {list(i.shape)}" for i in node.inputs)
     return f"{node.name} = {node.op}({args}) -> {list(node.shape)} {node.dtype}"
@@ -144,10 +150,11 @@ def threads(layout: Layout) -> tuple[int, int]:
 
 
 class Lowering:
-    def __init__(self, plan, direction: str, precision: str = "fp32"):
+    def __init__(self, plan, direction: str, precision: str = "fp32", tiles: dict | None = None):
         self.plan = plan
         self.direction = direction
         self.precision = precision     # "fp32" or "tf32": the GEMMs' arithmetic (gemm_tiles.py)
+        self.tiles = tiles or {}       # {kernel name: (tile name, split)}: tuned GEMM tiles
 
     def pointer(self, node: Node, const=True) -> str:
         """C expression of a node's typed pointer into the arena `A`."""
@@ -284,10 +291,20 @@ class Lowering:
         return {"a": "*gc_batch_input()" if rows else self.pointer(a), "rows": rows, "b": self.pointer(b), "c": c,
                 "m": m, "n": n, "k": k,
                 "trans_a": int(ta), "trans_b": int(tb), "ctype": C_TYPES[node.dtype],
-                "tile": choose_tile(m, n, k, ta, tb, self.precision if node.dtype == "float32" else "fp32", batch,
-                                    node.dtype, rows),
+                "tile": self.tile(m, n, k, ta, tb, node.dtype, batch, rows),
                 "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
                 "epilogue": epilogue}
+
+    def tile(self, m, n, k, ta, tb, dtype, batch, rows) -> str:
+        precision = self.precision if dtype == "float32" else "fp32"
+        key = kernel_key(self.name)
+        if key in self.tiles:
+            name, split = self.tiles[key]
+            try:
+                return tuned_tile(name, split, m, n, k, precision, batch, dtype, rows)
+            except GCompileError as e:
+                raise GCompileError(f"lower: kernel {self.name} ({m}x{n}x{k}): {e}") from None
+        return choose_tile(m, n, k, ta, tb, precision, batch, dtype, rows)
 
     def lower_fused(self, node: Node):
         group: Group = node.attrs["group"]
@@ -639,12 +656,15 @@ class GroupCode:
                 "ctype": C_TYPES[matmul.dtype]}, stored
 
 
-def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32") -> dict[str, list[Kernel]]:
+def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32",
+          tiles: dict | None = None) -> dict[str, list[Kernel]]:
     """Kernel specs for each schedule, in schedule order. Kernel names are unique across schedules. A chain's
-    stages (chain.py, plan.chains) become one kernel when they qualify (Lowering.chain)."""
+    stages (chain.py, plan.chains) become one kernel when they qualify (Lowering.chain). tiles: {kernel name:
+    (tile name, split)} for GEMM kernels by kernel_key, a tuning record's choices (gcompile/tune.py) instead of
+    choose_tile's."""
     out, index = {}, 0
     for direction, order in schedules.items():
-        lowering, kernels = Lowering(plan, direction, precision), []
+        lowering, kernels = Lowering(plan, direction, precision, tiles), []
         chains = {stages[0]: stages for stages in plan.chains.get(direction, [])}
         nodes = [n for n in order if n.op not in NO_KERNEL]
         j = 0

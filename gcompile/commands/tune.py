@@ -1,0 +1,40 @@
+"""gcompile tune MODEL.py -o RECORD.json: time the training step's GEMM tiles on this machine's GPU and write
+the tuning record that `gcompile build/run --tuning RECORD.json` (gc.compile(tuning=...)) builds with."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..errors import GCompileError
+from .model_file import load_program, parse_settings, positive_int
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", help="model file defining program(batch_size=...)")
+    parser.add_argument("-o", "--out", required=True, help="the tuning record to write (JSON)")
+    parser.add_argument("--batch-size", type=positive_int, default=None, help="passed to program(batch_size=...)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="passed to program(NAME=VALUE), as for gcompile build")
+    parser.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                        help="the precision the record is for (default fp32)")
+    parser.add_argument("--arch", default=None, help="CUDA architectures, as for gcompile build (default: the GPU's)")
+    parser.add_argument("--count", type=positive_int, default=8, help="alternative tiles tried per GEMM (default 8)")
+
+
+def run(args) -> int:
+    from ..tune import tune
+
+    out = Path(args.out)
+    if out.exists() and out.is_dir():
+        raise GCompileError(f"{out}: is a folder; -o names the record file to write")
+    program = load_program(args.model, args.batch_size, parse_settings(args.set))
+    record = tune(program, name=program.name, precision=args.precision, arch=args.arch, count=args.count)
+    record["model_file"] = os.path.relpath(args.model)
+    record["batch_size"] = args.batch_size
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(partial, out)   # whole or not at all: an earlier record is not left half-written
+    print(f"wrote {out}")
+    return 0

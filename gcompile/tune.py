@@ -1,0 +1,242 @@
+"""gc.tune: the GEMM tiles of a training step chosen by timing the whole step on the GPU.
+
+`choose_tile` (gemm_tiles.py) picks each GEMM's tile from a sweep that times every GEMM alone. In the step
+the GEMMs share the GPU with the other branches, so the fastest tile alone is not always the fastest there
+(docs/compiler.md, "A GEMM's tile beside another branch"). Tuning measures instead: it builds the program
+with one GEMM's tile replaced by each of its alternatives (`gemm_tiles.alternatives`: the measured fastest
+and the cost model's cheapest), times the step (`Model.time_steps`, interleaved with the best so far) and
+keeps a replacement that is faster by more than `margin`; one GEMM after the other, the most expensive
+first (coordinate descent). Every candidate's parameters after a few steps must agree with the default
+build's (tiles change only the order of sums).
+
+The result is a tuning record, a JSON-able dict:
+    {"format": "gcompile-tuning/1", "program": <digest of the simplified graph>, "name", "precision",
+     "gpu", "kernels": [{"kernel": "k<index>", "name", "m", "n", "k", "batch", "tile", "split", "default"}],
+     "baseline_us",
+     "tuned_us", "trials": [...], "seconds"}
+`gc.compile(..., tuning=record or path)` builds with its tiles; a record made for another program (graph,
+shapes, precision) is refused with the reason. The GPU it was measured on is recorded, not checked: a
+record is a measurement of one machine, like the calibration file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import GCompileError
+from .passes.lower import kernel_key
+
+FORMAT = "gcompile-tuning/1"
+
+
+def program_digest(simplified: str, precision: str) -> str:
+    """What a record is tied to: the graph after simplify (ops, shapes, names) and the precision."""
+    return hashlib.sha256(f"{precision}\n{simplified}".encode()).hexdigest()[:20]
+
+
+def read_record(tuning) -> dict:
+    """A tuning record from a dict or a JSON file's path, its fields checked."""
+    if isinstance(tuning, (str, Path)):
+        path = Path(tuning)
+        try:
+            record = json.loads(path.read_text())
+        except OSError as e:
+            raise GCompileError(f"{path}: cannot read the tuning record ({e.strerror})") from None
+        except json.JSONDecodeError as e:
+            raise GCompileError(f"{path}: not a tuning record: invalid JSON at line {e.lineno} column {e.colno} "
+                                f"({e.msg})") from None
+        where = str(path)
+    else:
+        record, where = tuning, "tuning record"
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise GCompileError(f"{where}: not a tuning record (expected \"format\": \"{FORMAT}\")")
+    for e in record.get("kernels", None) or []:
+        if not isinstance(e, dict) or not {"kernel", "m", "n", "k", "tile", "split"} <= set(e):
+            raise GCompileError(f"{where}: kernel entry {e!r} lacks kernel, m, n, k, tile or split")
+    if not isinstance(record.get("kernels"), list) or not isinstance(record.get("program"), str):
+        raise GCompileError(f"{where}: a tuning record needs \"program\" and a \"kernels\" list")
+    return record
+
+
+def record_tiles(record: dict, simplified: str, precision: str) -> dict:
+    """{kernel name: (tile name, split)} of a record, after checking it was made for this program."""
+    if record.get("precision", precision) != precision:
+        raise GCompileError(f"the tuning record was made with precision {record['precision']!r}, this build is "
+                            f"{precision!r}: tune again with --precision {precision}")
+    if record["program"] != program_digest(simplified, precision):
+        raise GCompileError(f"the tuning record (program {record.get('name', '?')!r}) was made for another graph "
+                            "or other shapes than this program's: tune this program (gcompile tune)")
+    return {e["kernel"]: (e["tile"], int(e["split"])) for e in record["kernels"]}
+
+
+def check_applied(record: dict, kernels: dict) -> None:
+    """Every GEMM a record names is a GEMM of the lowered program, of the recorded shape."""
+    gemms = {kernel_key(k.name): k.values for ks in kernels.values() for k in ks if k.kind == "matmul"}
+    for e in record["kernels"]:
+        v = gemms.get(e["kernel"])
+        if v is None or (v["m"], v["n"], v["k"]) != (e["m"], e["n"], e["k"]):
+            raise GCompileError(f"the tuning record names GEMM kernel {e['kernel']} ({e['m']}x{e['n']}x{e['k']}), "
+                                "which this program does not have: tune this program again")
+
+
+def gemm_sites(compiled) -> list[dict]:
+    """The training step's GEMM kernels: name, shape, transposes, batch, whether A is read in place."""
+    out = []
+    for kernel in compiled.kernels.get("train", []):
+        if kernel.kind != "matmul":
+            continue
+        v = kernel.values
+        out.append({"kernel": kernel_key(kernel.name), "name": kernel.name, "m": v["m"], "n": v["n"], "k": v["k"], "batch": v["batch"],
+                    "trans_a": bool(v["trans_a"]), "trans_b": bool(v["trans_b"]), "rows": bool(v["rows"]),
+                    "dtype": {"float": "float32", "double": "float64"}.get(v["ctype"], v["ctype"]),
+                    "tile": v["tile"]})
+    return out
+
+
+def tune(program, name: str | None = None, precision: str = "fp32", arch: str | None = None, count: int = 8,
+         margin: float = 0.005, windows: int = 7, steps: int | None = None, inputs=None, workdir=None,
+         log=print) -> dict:
+    """Tune the GEMM tiles of `program`'s training step on this machine's GPU (cuda target); returns the
+    tuning record (module docstring). count: alternatives tried per GEMM; margin: how much faster (relative)
+    a replacement must be to be kept; windows: timed windows of `steps` steps (default: about 30 ms each)
+    per comparison; inputs: the batch the step is timed on, as train_step takes it (default: random floats
+    in [0, 1) and integers 0 and 1 — a real batch is better: the time of some steps depends on the data);
+    workdir: where the candidate builds go (default: a temporary folder)."""
+    import dataclasses
+
+    from .build import build, compile_flags, detect_arch, header_commands
+    from .gemm_tiles import alternatives, check_precision
+    from .loader import load
+    from .pipeline import compile_program
+
+    check_precision(precision)
+    if not detect_arch():
+        raise GCompileError("tune: no GPU answers on this machine; tuning times the step on the GPU it is for")
+    name = name or getattr(program, "name", None) or "model"
+    if not getattr(program, "train_outputs", None):
+        raise GCompileError("tune: the program has no training step to time")
+    started = time.perf_counter()
+    compiler, flags, _ = compile_flags("cuda", arch)
+    command = header_commands("cuda", compiler, flags)
+    base = compile_program(program, "cuda", name, precision=precision, build_command=command)
+    sites = gemm_sites(base)
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="gcompile-tune-"))
+    built = {}
+
+    def model_for(tiles: dict):
+        key = json.dumps(sorted(tiles.items()))
+        if key not in built:
+            cs = compile_program(program, "cuda", name, precision=precision, build_command=command, tiles=tiles)
+            art = build(dataclasses.replace(cs), root / f"c{len(built)}", arch)
+            built[key] = load(art)
+        return built[key]
+
+    def update_of(model):
+        """What one step from the initial values changes in each variable."""
+        model.load(str(root / "init.ckpt"))
+        model.train_step(*feeds)
+        return {v: model.get(v).astype(np.float64) - start[v] for v in model.variables}
+
+    def timed(models):
+        """Median step time (us) of each model, windows interleaved."""
+        times = [[] for _ in models]
+        for m in models:
+            m.time_steps(n)
+        for _ in range(windows):
+            for i, m in enumerate(models):
+                times[i].append(m.time_steps(n) / n * 1e6)
+        return [statistics.median(t) for t in times]
+
+    best_tiles = {}
+    best = model_for(best_tiles)
+    best.save(str(root / "init.ckpt"))
+    start = {v: best.get(v).astype(np.float64) for v in best.variables}
+    feeds = list(inputs) if inputs is not None else sample_inputs(best.manifest["train_inputs"])
+    reference = update_of(best)
+    probe = best.time_steps(50) / 50
+    n = steps or max(50, min(5000, int(0.03 / max(probe, 1e-7))))
+    best_us = timed([best])[0]
+    baseline_us = best_us
+    log(f"tune {name} ({precision}): default tiles {baseline_us:.2f} us a step; {len(sites)} GEMMs, up to "
+        f"{count} alternatives each")
+    from .gemm_tiles import cost, tile_by_name
+    order = sorted(sites, key=lambda s: -cost_of(s, cost, tile_by_name))
+    trials = []
+    for site in order:
+        options = alternatives(site["m"], site["n"], site["k"], site["trans_a"], site["trans_b"], precision,
+                               site["batch"], site["dtype"], site["rows"], count)
+        for tile, split in options:
+            text = tile.c_type(split, site["m"], site["n"], site["k"])
+            current = best_tiles.get(site["kernel"])
+            if text == (site["tile"] if current is None else tile_by_name(current[0]).c_type(
+                    current[1], site["m"], site["n"], site["k"])):
+                continue
+            tiles = {**best_tiles, site["kernel"]: (tile.name, split)}
+            model = model_for(tiles)
+            got = update_of(model)
+            off = [v for v in reference
+                   if np.linalg.norm(got[v] - reference[v]) > 1e-4 * max(np.linalg.norm(reference[v]), 1e-30)]
+            if off:   # tiles change the order of sums only: rounding, ~1e-7 of an update
+                raise GCompileError(f"tune: kernel {site['kernel']} on tile {tile.name} split {split} updates "
+                                    f"{', '.join(off)} otherwise than the default tiles do: a GEMM tile is wrong")
+            best_us, us = timed([best, model])
+            kept = us < best_us * (1 - margin)
+            trials.append({"kernel": site["kernel"], "tile": tile.name, "split": split, "us": round(us, 3),
+                           "best_us": round(best_us, 3), "kept": kept})
+            log(f"  {site['name']:<28} {tile.name:<28} split {split}: {us:7.2f} us (best {best_us:7.2f})"
+                + ("  kept" if kept else ""))
+            if kept:
+                best_tiles, best, best_us = tiles, model, us
+    tuned_us, baseline_us = timed([best, model_for({})])
+    kernels = []
+    for site in sites:
+        if site["kernel"] in best_tiles:
+            tile, split = best_tiles[site["kernel"]]
+            kernels.append({k: site[k] for k in ("kernel", "name", "m", "n", "k", "batch")} |
+                           {"tile": tile, "split": split, "default": site["tile"]})
+    for model in built.values():
+        model.close()
+    record = {"format": FORMAT, "program": program_digest(base.stages["simplify"], precision), "name": name,
+              "precision": precision, "gpu": gpu_name(), "kernels": kernels, "baseline_us": round(baseline_us, 3),
+              "tuned_us": round(tuned_us, 3), "trials": trials, "seconds": round(time.perf_counter() - started, 1)}
+    log(f"tune {name}: {baseline_us:.2f} -> {tuned_us:.2f} us a step, {len(kernels)} of {len(sites)} GEMMs "
+        f"retiled, {len(trials)} builds timed in {record['seconds']:.0f} s")
+    return record
+
+
+def cost_of(site: dict, cost, tile_by_name) -> float:
+    """The cost model's estimate of a site's default tile (its order in the descent)."""
+    from .gemm_tiles import Tile
+    tile, split = Tile.parse(site["tile"])
+    try:
+        return cost(tile_by_name(tile.name), split, site["m"], site["n"], site["k"], site["batch"])
+    except GCompileError:
+        return 0.0   # a large problem's tile: not in the model, and never retiled
+
+
+def sample_inputs(specs) -> list[np.ndarray]:
+    """A batch for train_step (manifest["train_inputs"]): floats in [0, 1), integers 0 and 1 (valid class
+    labels, indices)."""
+    rng = np.random.RandomState(0)
+    return [rng.rand(*s["shape"]).astype(s["dtype"]) if np.dtype(s["dtype"]).kind == "f"
+            else rng.randint(0, 2, s["shape"]).astype(s["dtype"]) for s in specs]
+
+
+def gpu_name() -> str | None:
+    """The GPU's name (nvidia-smi), for the record."""
+    import shutil
+    import subprocess
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0].strip() if out else None

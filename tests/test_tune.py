@@ -1,0 +1,139 @@
+"""Tuning records (gcompile/tune.py): what they apply, what they refuse; gc.tune itself on the GPU."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import gcompile as gc
+from gcompile.cli import main
+from gcompile.gemm_tiles import TILES, Tile, alternatives, choose_tile, tuned_tile
+from gcompile.pipeline import compile_program
+from gcompile.tune import FORMAT, gemm_sites, program_digest, read_record
+
+from conftest import EXAMPLES as EXAMPLES_DIR, load_bench, load_example
+
+
+def mlp(batch=128):
+    return load_example("mnist_mlp").program(batch_size=batch)
+
+
+def record_for(program, kernels, precision="fp32"):
+    cs = compile_program(program, "cuda", "mnist_mlp", precision=precision)
+    return {"format": FORMAT, "program": program_digest(cs.stages["simplify"], precision), "name": "mnist_mlp",
+            "precision": precision, "kernels": kernels}
+
+
+def train_tiles(cs):
+    return {k.name.split("_")[0]: k.values["tile"] for k in cs.kernels["train"] if k.kind == "matmul"}
+
+
+def test_a_record_sets_the_tiles_it_names_and_only_those():
+    program = mlp()
+    default = train_tiles(compile_program(program, "cuda", "mnist_mlp"))
+    kw = {"kernel": "k0", "m": 128, "n": 256, "k": 784, "batch": 1, "tile": "64x64x16/8x4/fp32/cp4/kw2", "split": 8}
+    cs = compile_program(program, "cuda", "mnist_mlp", tuning=record_for(program, [kw]))
+    tiles = train_tiles(cs)
+    assert tiles["k0"] == "gc_tile<64, 64, 16, 8, 4, 0, 8, 128, 256, 784, 4, 2>" != default["k0"]
+    assert {k: v for k, v in tiles.items() if k != "k0"} == {k: v for k, v in default.items() if k != "k0"}
+    assert "gc_tile<64, 64, 16, 8, 4, 0, 8, 128, 256, 784, 4, 2>" in cs.source
+    # the sites tuning sees: the step's GEMMs by their stable key, the default tiles
+    sites = gemm_sites(compile_program(program, "cuda", "mnist_mlp"))
+    assert [s["kernel"] for s in sites] == list(default) and sites[0]["rows"] and sites[0]["dtype"] == "float32"
+    # node ids differ from process to process (and program to program): the key and the digest do not
+    again = mlp()
+    assert train_tiles(compile_program(again, "cuda", "mnist_mlp", tuning=record_for(program, [kw]))) == tiles
+
+
+def test_a_record_for_another_program_or_an_unusable_tile_is_refused(tmp_path):
+    program = mlp()
+    kw = {"kernel": "k0", "m": 128, "n": 256, "k": 784, "batch": 1, "tile": "64x64x16/8x4/fp32/cp4/kw2", "split": 8}
+    record = record_for(program, [kw])
+    with pytest.raises(gc.GCompileError, match="another graph or other shapes"):
+        compile_program(mlp(64), "cuda", "mnist_mlp", tuning=record)
+    with pytest.raises(gc.GCompileError, match="precision 'fp32', this build is 'tf32'"):
+        compile_program(program, "cuda", "mnist_mlp", precision="tf32", tuning=record)
+    cases = [({"split": 3}, "split 3 does not fit"), ({"tile": "7x7x7/1x1/fp32"}, "not a catalogue tile"),
+             ({"tile": "64x64x16/32x32/tf32"}, "not a fp32 catalogue tile"),
+             ({"kernel": "k9"}, "does not have"), ({"m": 64}, "does not have")]
+    for change, message in cases:
+        with pytest.raises(gc.GCompileError, match=message):
+            compile_program(program, "cuda", "mnist_mlp", tuning=record_for(program, [{**kw, **change}]))
+    # files: unreadable, not JSON, not a record, entries lacking fields
+    with pytest.raises(gc.GCompileError, match="cannot read the tuning record"):
+        read_record(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{\"format\": ")
+    with pytest.raises(gc.GCompileError, match="invalid JSON at line 1"):
+        read_record(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text(json.dumps({"kernels": []}))
+    with pytest.raises(gc.GCompileError, match="not a tuning record"):
+        read_record(tmp_path / "other.json")
+    with pytest.raises(gc.GCompileError, match="lacks kernel"):
+        read_record({**record, "kernels": [{"kernel": "k0"}]})
+    with pytest.raises(gc.GCompileError, match="tiles of the cuda target, not 'cpu'"):
+        gc.compile(program, target="cpu", out_dir=tmp_path / "cpu", tuning=record)
+
+
+def test_cli_tuning_flags(tmp_path, capsys):
+    program = mlp()
+    kw = {"kernel": "k5", "m": 784, "n": 256, "k": 128, "batch": 1, "tile": "32x32x16/4x4/fp32/cp4/kw2", "split": 1}
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(record_for(program, [kw])))
+    model = str(EXAMPLES_DIR / "mnist_mlp.py")
+    assert main(["inspect", model, "--batch-size", "128", "--target", "cuda", "--tuning", str(path), "--after", "emit"]) == 0
+    assert "gc_tile<32, 32, 16, 4, 4, 0, 1, 784, 256, 128, 4, 2>" in capsys.readouterr().out
+    assert main(["build", model, "--batch-size", "128", "--target", "cpu", "--tuning", str(path), "-o", str(tmp_path / "b")]) == 1
+    assert "tiles of the cuda target" in capsys.readouterr().err
+    if gc.build.detect_arch() is None:   # (CI: no GPU) tuning says why it cannot run, writes nothing
+        assert main(["tune", model, "-o", str(tmp_path / "t.json")]) == 1
+        assert "no GPU answers" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
+
+
+def test_alternatives_are_usable_tiles_of_the_gemm():
+    for m, n, k, ta, rows in ((128, 256, 784, False, True), (784, 256, 1000, True, True), (256, 100, 1000, True, False),
+                              (100, 10, 128, True, False)):
+        for precision in ("fp32", "tf32"):
+            options = alternatives(m, n, k, ta, False, precision, rows=rows)
+            assert 6 <= len(options) == len(set(options)) <= 10
+            for tile, split in options:
+                assert tile in TILES[precision]
+                tuned_tile(tile.name, split, m, n, k, precision, rows=rows)   # raises when unusable
+            # the measured choice comes first
+            assert Tile.parse(choose_tile(m, n, k, ta, False, precision, rows=rows))[0] == options[0][0]
+    assert alternatives(4096, 4096, 4096, False, False, "fp32") == []   # large problems keep their tile
+    assert alternatives(64, 64, 64, False, False, "fp32", dtype="float64") == []
+
+
+def test_the_benchmark_records_fit_the_benchmark_programs():
+    """bench/tuned/ (make tune) must keep matching the programs make bench builds, else it runs untuned."""
+    load_bench()
+    from bench.tasks import LR, load_example as bench_example, make_program
+    from bench.tune import CONFIGS, record_path
+    found = 0
+    for model, batch, precision in CONFIGS:
+        path = record_path(model, batch, precision)
+        if path.is_file():
+            found += 1
+            record = read_record(path)
+            compile_program(make_program(bench_example(model), batch, LR), "cuda", model, precision=precision,
+                            tuning=record)
+    assert found >= 4
+
+
+@pytest.mark.gpu
+def test_tune_keeps_what_is_faster_and_the_results_agree(tmp_path):
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    program = load_example("mnist_logreg").program(batch_size=128)
+    lines = []
+    record = gc.tune(program, count=2, windows=3, workdir=tmp_path / "work", log=lines.append)
+    assert record["format"] == FORMAT and record["gpu"] and len(lines) >= 3
+    assert record["tuned_us"] <= record["baseline_us"] * 1.05
+    assert len(record["trials"]) >= 1 and all(t["kernel"] == "k2" for t in record["trials"])
+    tuned = gc.compile(program, out_dir=tmp_path / "tuned", tuning=record)
+    plain = gc.compile(program, out_dir=tmp_path / "plain")
+    rng = np.random.RandomState(1)
+    x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)
+    with gc.load(tuned) as a, gc.load(plain) as b:
+        assert np.isclose(a.train_step(x, y), b.train_step(x, y), rtol=1e-5)
+        np.testing.assert_allclose(a.get("W1"), b.get("W1"), rtol=1e-4, atol=1e-6)
