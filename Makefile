@@ -5,7 +5,7 @@ PYTHON ?= $(VENV)/bin/python
 # Depend on the venv only when PYTHON lives in it.
 NEEDS_VENV := $(filter $(VENV)/%,$(PYTHON))
 
-.PHONY: install data demo reference test gpu-test convnets bench clean
+.PHONY: install data demo reference test gpu-test convnets bench tune clean
 MNIST = $$($(PYTHON) -c 'from gcompile.data import default_data_dir; print(default_data_dir("mnist"))')
 
 $(VENV)/bin/python:
@@ -57,6 +57,12 @@ bench:
 	-$(BENCH_ENV) $(BENCH_PYTHON) -m gcompile data mnist $(if $(wildcard .device/mnist.pkl.gz),--from .device/mnist.pkl.gz)
 	$(if $(wildcard .device/fashion-mnist),-$(BENCH_ENV) $(BENCH_PYTHON) -m gcompile data fashion-mnist --from .device/fashion-mnist)
 	$(BENCH_ENV) PYTHONUNBUFFERED=1 $(BENCH_PYTHON) -m bench.run $(BENCH_ARGS)
+
+# The tuning records make bench builds with (bench/tuned/, gcompile/tune.py), measured on the GPU machine:
+#   make tune TUNE_ARGS="--out $OUT"   (then copy them into bench/tuned/; --only mnist_mlp:128:fp32,...)
+tune:
+	-$(BENCH_ENV) $(BENCH_PYTHON) -m gcompile data mnist $(if $(wildcard .device/mnist.pkl.gz),--from .device/mnist.pkl.gz)
+	$(BENCH_ENV) PYTHONUNBUFFERED=1 $(BENCH_PYTHON) -m bench.tune $(TUNE_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis

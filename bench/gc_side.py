@@ -123,6 +123,28 @@ def accuracy_fields(run: dict, target: float) -> dict:
             "tta_note": f"target {target} not reached (last {last})"}
 
 
+def tuned_artifact(task: Task, target: str, precision: str, work_dir: Path):
+    """(artifact, note): the program built with its tuning record from bench/tuned/ (make tune) where there
+    is one for this GPU, else (None, why not, or None when there is no record)."""
+    from gcompile.tune import gpu_name
+    from .tune import record_path
+
+    path = record_path(task.model, task.batch, precision)
+    if target != "cuda" or not path.is_file():
+        return None, None
+    record = json.loads(path.read_text())
+    here = gpu_name()
+    if record.get("gpu") != here:
+        return None, f"{path.name} was tuned on {record.get('gpu')}, this GPU is {here}: default tiles"
+    kwargs, _ = precision_kwargs(precision)
+    try:
+        artifact = gc.compile(task.program, target=target, out_dir=work_dir / f"{task.model}-b{task.batch}-"
+                              f"{precision}-tuned", tuning=path, **kwargs)
+    except gc.GCompileError as e:
+        return None, f"{path.name} not used ({e}): default tiles"
+    return artifact, f"tiles tuned ({path.name}: {len(record['kernels'])} GEMMs retiled)"
+
+
 def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Path, with_accuracy: bool) -> dict:
     """Build, check and time one task; with_accuracy also trains the binary to the task's target."""
     name = task.model
@@ -134,6 +156,8 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
     fields = dict(precision=precision, compile_cold_s=cold, compile_cached_s=cached,
                   kernels=kernels_of(manifest), **memory_fields(manifest))
     notes = []
+    tuned, note = tuned_artifact(task, target, precision, work_dir)
+    notes += [note] if note else []
     with gc.load(artifact) as model:
         xb, yb = task.batch0()
         note = check_loss(model.train_step(xb, yb), task.reference_loss, precision)
@@ -141,6 +165,16 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
         if hasattr(model, "time_steps"):
             fields.update(time_windows(lambda n: model.time_steps(n), settings))
             fields["timing"] = "Model.time_steps (device-timed replay of the trainer's step)"
+    if tuned is not None:   # the row is the tuned build's; the default tiles' time stays beside it
+        with gc.load(tuned) as model:
+            note = check_loss(model.train_step(xb, yb), task.reference_loss, precision)
+            notes += [f"tuned: {note}"] if note else []
+            untuned = {k: fields.pop(k) for k in ("step_s", "p10_s", "p90_s") if k in fields}
+            fields.update(time_windows(lambda n: model.time_steps(n), settings),
+                          untuned_step_s=untuned.get("step_s"))
+            if untuned.get("step_s"):
+                notes.append(f"default tiles {untuned['step_s'] * 1e6:.2f} us")
+        artifact = tuned
     if "step_s" not in fields:  # the timing ABI is not in this tree: fall back to the binary's epoch log
         run = run_binary(artifact, task.data.path, 2 if settings.quick else 3, task.batch, len(task.data.train_y),
                          None, timeout=120)

@@ -1,0 +1,62 @@
+"""`make tune`: the tuning records `make bench` builds gcompile's MNIST programs with (bench/tuned/).
+
+    python3 -m bench.tune [--data DIR] [--only mnist_mlp:128:fp32,...] [--out bench/tuned]
+
+For each model, batch and precision the benchmark runs (logreg and the MLP at batch 128 and 1000, fp32 and
+tf32), gc.tune times the training step's GEMM tiles on this GPU with the benchmark's program (lr 0.1) and
+its first batch (the time of a step depends on the data: random labels made logreg's step 20% slower), and
+writes <model>_b<batch>_<precision>.json. A record holds the GPU it was measured on; the benchmark uses it
+only on a GPU of that name (gcompile/tune.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from gcompile.data import default_data_dir
+from gcompile.tune import tune
+
+from .tasks import LR, ROOT, TARGETS, Dataset, Task, load_example, make_program
+
+TUNED = ROOT / "bench" / "tuned"
+CONFIGS = [(model, batch, precision) for model in ("mnist_logreg", "mnist_mlp") for batch in (128, 1000)
+           for precision in ("fp32", "tf32")]
+
+
+def record_path(model: str, batch: int, precision: str, root: Path = TUNED) -> Path:
+    return root / f"{model}_b{batch}_{precision}.json"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=None, help="MNIST folder (default: gcompile data's)")
+    parser.add_argument("--only", default=None, help="model:batch:precision,... (default: all eight)")
+    parser.add_argument("--out", default=str(TUNED), help="where the records go (default bench/tuned)")
+    args = parser.parse_args(argv)
+    configs = CONFIGS
+    if args.only:
+        configs = []
+        for item in args.only.split(","):
+            model, batch, precision = item.split(":")
+            configs.append((model, int(batch), precision))
+    data = Dataset.load(args.data or default_data_dir("mnist"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for model, batch, precision in configs:
+        task = Task(model, batch, make_program(load_example(model), batch, LR), data, "mnist", TARGETS[model])
+        record = tune(task.program, name=model, precision=precision, inputs=task.batch0(),
+                      log=lambda line: print(line, flush=True))
+        record.update(batch_size=batch, lr=LR)
+        path = record_path(model, batch, precision, out)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(record, indent=1) + "\n")
+        os.replace(partial, path)
+        print(f"wrote {path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
