@@ -126,20 +126,20 @@ def accuracy_fields(run: dict, target: float) -> dict:
 def tuned_artifact(task: Task, target: str, precision: str, work_dir: Path):
     """(artifact, note): the program built with its tuning record from bench/tuned/ (make tune) where there
     is one for this GPU, else (None, why not, or None when there is no record)."""
-    from gcompile.tune import gpu_name
+    from gcompile.tune import gpu_name, read_record
     from .tune import record_path
 
     path = record_path(task.model, task.batch, precision)
     if target != "cuda" or not path.is_file():
         return None, None
-    record = json.loads(path.read_text())
+    record = read_record(path)
     here = gpu_name()
     if record.get("gpu") != here:
         return None, f"{path.name} was tuned on {record.get('gpu')}, this GPU is {here}: default tiles"
     kwargs, _ = precision_kwargs(precision)
     try:
         artifact = gc.compile(task.program, target=target, out_dir=work_dir / f"{task.model}-b{task.batch}-"
-                              f"{precision}-tuned", tuning=path, **kwargs)
+                              f"{precision}-tuned", tuning=record, **kwargs)
     except gc.GCompileError as e:
         return None, f"{path.name} not used ({e}): default tiles"
     return artifact, f"tiles tuned ({path.name}: {len(record['kernels'])} GEMMs retiled)"

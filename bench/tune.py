@@ -11,13 +11,11 @@ only on a GPU of that name (gcompile/tune.py).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
 from gcompile.data import default_data_dir
-from gcompile.tune import tune
+from gcompile.tune import tune, write_record
 
 from .tasks import LR, ROOT, TARGETS, Dataset, Task, load_example, make_program
 
@@ -51,9 +49,7 @@ def main(argv=None) -> int:
                       log=lambda line: print(line, flush=True))
         record.update(batch_size=batch, lr=LR)
         path = record_path(model, batch, precision, out)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(json.dumps(record, indent=1) + "\n")
-        os.replace(partial, path)
+        write_record(record, path)
         print(f"wrote {path}", flush=True)
     return 0
 

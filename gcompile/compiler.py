@@ -33,11 +33,7 @@ def compile(program, target: str = "cuda", out_dir=None, name: str | None = None
     name = name or getattr(program, "name", None) or "model"
     if not name.isidentifier():
         raise GCompileError(f"compile: program name {name!r} must be a C identifier")
-    record = None
-    if tuning is not None:
-        if target != "cuda":
-            raise GCompileError(f"compile: a tuning record chooses GEMM tiles of the cuda target, not {target!r}")
-        record = read_record(tuning)
+    record = None if tuning is None else read_record(tuning)
     compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
     out_dir = out_dir or Path("build") / name
     key = fingerprint(program, [*build_settings(target, compiler, flags, link_flags), name, source,

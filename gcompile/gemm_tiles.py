@@ -272,7 +272,7 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
         if (tile, split) not in out:
             out.append((tile, split))
     blocks = lambda t, s: math.ceil(m / t.bm) * math.ceil(n / t.bn) * s  # noqa: E731 - one use
-    near = [(blocks(t, s), c, t, s) for c, t, s in usable if usable and c <= 1.25 * usable[0][0]]
+    near = [(blocks(t, s), c, t, s) for c, t, s in usable if c <= 1.25 * usable[0][0]]
     if near:
         _, _, tile, split = min(near, key=lambda x: (x[0], x[1]))
         if (tile, split) not in out:

@@ -12,6 +12,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+from .errors import GCompileError
 from .gemm_tiles import check_precision
 from .graph import format_graph
 from .passes.emit import emit
@@ -83,6 +84,8 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     stages["plan_memory"] = plan.format()
 
     if tuning is not None:
+        if target != "cuda":
+            raise GCompileError(f"a tuning record chooses GEMM tiles of the cuda target, not {target!r}")
         tiles = {**record_tiles(tuning, stages["simplify"], precision), **(tiles or {})}
     kernels = lower(schedules, plan, precision, tiles)
     if tuning is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -30,9 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from .errors import GCompileError
-from .passes.lower import kernel_key
+from .passes.lower import C_TYPES, kernel_key
 
 FORMAT = "gcompile-tuning/1"
+DTYPES = {c: d for d, c in C_TYPES.items()}   # a lowered GEMM's C element type -> its dtype
 
 
 def program_digest(simplified: str, precision: str) -> str:
@@ -92,10 +94,9 @@ def gemm_sites(compiled) -> list[dict]:
         if kernel.kind != "matmul":
             continue
         v = kernel.values
-        out.append({"kernel": kernel_key(kernel.name), "name": kernel.name, "m": v["m"], "n": v["n"], "k": v["k"], "batch": v["batch"],
-                    "trans_a": bool(v["trans_a"]), "trans_b": bool(v["trans_b"]), "rows": bool(v["rows"]),
-                    "dtype": {"float": "float32", "double": "float64"}.get(v["ctype"], v["ctype"]),
-                    "tile": v["tile"]})
+        out.append({"kernel": kernel_key(kernel.name), "name": kernel.name, "m": v["m"], "n": v["n"],
+                    "k": v["k"], "batch": v["batch"], "trans_a": bool(v["trans_a"]), "trans_b": bool(v["trans_b"]),
+                    "rows": bool(v["rows"]), "dtype": DTYPES[v["ctype"]], "tile": v["tile"]})
     return out
 
 
@@ -108,10 +109,8 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
     per comparison; inputs: the batch the step is timed on, as train_step takes it (default: random floats
     in [0, 1) and integers 0 and 1 — a real batch is better: the time of some steps depends on the data);
     workdir: where the candidate builds go (default: a temporary folder)."""
-    import dataclasses
-
     from .build import build, compile_flags, detect_arch, header_commands
-    from .gemm_tiles import alternatives, check_precision
+    from .gemm_tiles import Tile, alternatives, check_precision, cost
     from .loader import load
     from .pipeline import compile_program
 
@@ -133,7 +132,7 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
         key = json.dumps(sorted(tiles.items()))
         if key not in built:
             cs = compile_program(program, "cuda", name, precision=precision, build_command=command, tiles=tiles)
-            art = build(dataclasses.replace(cs), root / f"c{len(built)}", arch)
+            art = build(cs, root / f"c{len(built)}", arch)
             built[key] = load(art)
         return built[key]
 
@@ -165,17 +164,15 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
     baseline_us = best_us
     log(f"tune {name} ({precision}): default tiles {baseline_us:.2f} us a step; {len(sites)} GEMMs, up to "
         f"{count} alternatives each")
-    from .gemm_tiles import cost, tile_by_name
-    order = sorted(sites, key=lambda s: -cost_of(s, cost, tile_by_name))
+    order = sorted(sites, key=lambda s: -cost(*Tile.parse(s["tile"]), s["m"], s["n"], s["k"], s["batch"]))
     trials = []
     for site in order:
         options = alternatives(site["m"], site["n"], site["k"], site["trans_a"], site["trans_b"], precision,
                                site["batch"], site["dtype"], site["rows"], count)
+        current = site["tile"]   # the site's tile in the best build so far
         for tile, split in options:
             text = tile.c_type(split, site["m"], site["n"], site["k"])
-            current = best_tiles.get(site["kernel"])
-            if text == (site["tile"] if current is None else tile_by_name(current[0]).c_type(
-                    current[1], site["m"], site["n"], site["k"])):
+            if text == current:
                 continue
             tiles = {**best_tiles, site["kernel"]: (tile.name, split)}
             model = model_for(tiles)
@@ -192,7 +189,7 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
             log(f"  {site['name']:<28} {tile.name:<28} split {split}: {us:7.2f} us (best {best_us:7.2f})"
                 + ("  kept" if kept else ""))
             if kept:
-                best_tiles, best, best_us = tiles, model, us
+                best_tiles, best, best_us, current = tiles, model, us, text
     tuned_us, baseline_us = timed([best, model_for({})])
     kernels = []
     for site in sites:
@@ -210,14 +207,13 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
     return record
 
 
-def cost_of(site: dict, cost, tile_by_name) -> float:
-    """The cost model's estimate of a site's default tile (its order in the descent)."""
-    from .gemm_tiles import Tile
-    tile, split = Tile.parse(site["tile"])
-    try:
-        return cost(tile_by_name(tile.name), split, site["m"], site["n"], site["k"], site["batch"])
-    except GCompileError:
-        return 0.0   # a large problem's tile: not in the model, and never retiled
+def write_record(record: dict, path) -> None:
+    """The record as JSON at path, whole or not at all: an earlier record there is not left half-written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(partial, path)
 
 
 def sample_inputs(specs) -> list[np.ndarray]:

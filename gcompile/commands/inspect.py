@@ -25,8 +25,6 @@ def run(args) -> int:
     target = args.target or default_target()
     compiler, flags, _ = compile_flags(target, args.arch, sanitize=args.sanitize)
     program = load_program(args.model, args.batch_size, parse_settings(args.set))
-    if args.tuning is not None and target != "cuda":
-        raise GCompileError(f"--tuning: a tuning record chooses GEMM tiles of the cuda target, not {target!r}")
     compiled = compile_program(program, target, program.name, os.path.relpath(args.model),
                                build_command=header_commands(target, compiler, flags),
                                precision=args.precision,

@@ -2,7 +2,6 @@
 the tuning record that `gcompile build/run --tuning RECORD.json` (gc.compile(tuning=...)) builds with."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -23,7 +22,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from ..tune import tune
+    from ..tune import tune, write_record
 
     out = Path(args.out)
     if out.exists() and out.is_dir():
@@ -32,9 +31,6 @@ def run(args) -> int:
     record = tune(program, name=program.name, precision=args.precision, arch=args.arch, count=args.count)
     record["model_file"] = os.path.relpath(args.model)
     record["batch_size"] = args.batch_size
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(partial, out)   # whole or not at all: an earlier record is not left half-written
+    write_record(record, out)
     print(f"wrote {out}")
     return 0

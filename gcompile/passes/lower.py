@@ -154,7 +154,7 @@ class Lowering:
         self.plan = plan
         self.direction = direction
         self.precision = precision     # "fp32" or "tf32": the GEMMs' arithmetic (gemm_tiles.py)
-        self.tiles = tiles or {}       # {kernel name: (tile name, split)}: tuned GEMM tiles
+        self.tiles = tiles or {}       # {kernel_key: (tile name, split)}: tuned GEMM tiles
 
     def pointer(self, node: Node, const=True) -> str:
         """C expression of a node's typed pointer into the arena `A`."""
