@@ -270,6 +270,58 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
     }
 }
 
+// ---- a chain's post stages (lower.py's Lowering.chain) -----------------------------------------------------
+// The shared memory gc_col_gemm<T, M, N, K, RB> needs: the warps' partial sums of a block's outputs.
+template <typename T, int M, int N, int K, int RB>
+struct gc_col_gemm_shape {
+    static constexpr int WARPS = GC_BLOCK / 32;
+    static constexpr int OUT = RB * N;                      // a block's outputs: RB rows of C
+    static constexpr int JT = (OUT + 31) / 32;              // a lane's
+    static constexpr int KW = (K + WARPS - 1) / WARPS;      // a warp's share of K
+    static constexpr size_t bytes = (size_t)WARPS * OUT * sizeof(T);
+};
+
+// Block `block` computes rows block * RB .. block * RB + RB - 1 of C = ep(A^T @ B) (M x N): A is stored K x M
+// (read as a(k, i): the batch's rows, e.g. the image input in place), B is K x N (row-major). A weight gradient
+// over the batch, in the launch after a chain's stages, which wrote the batch's rows of B. Warp w sums k in
+// its share w * KW .. for the block's outputs lane, lane + 32, ... (all of a lane's at once: their loads go
+// out together), the warps' sums are added in warp order (shared memory), the epilogue applied and C stored.
+// Fixed order: the same results run to run.
+template <typename T, int M, int N, int K, int RB, typename AL, typename Ep>
+__device__ void gc_col_gemm(AL a, const T* B, T* C, Ep ep, int block, void* smem) {
+    using Sh = gc_col_gemm_shape<T, M, N, K, RB>;
+    constexpr int OUT = Sh::OUT, JT = Sh::JT, KW = Sh::KW;
+    T* const partial = (T*)smem;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int i0 = block * RB;
+    const int k0 = warp * KW, k1 = min(K, k0 + KW);
+    int col[JT], row[JT];
+    T acc[JT];
+#pragma unroll
+    for (int t = 0; t < JT; t++) {
+        const int j = min(lane + 32 * t, OUT - 1);   // outputs past the block's or past M: computed, not stored
+        row[t] = min(i0 + j / N, M - 1);
+        col[t] = j % N;
+        acc[t] = 0;
+    }
+#pragma unroll 16
+    for (int k = k0; k < k1; k++) {
+#pragma unroll
+        for (int t = 0; t < JT; t++) acc[t] += a(k, row[t]) * B[(int64_t)k * N + col[t]];
+    }
+#pragma unroll
+    for (int t = 0; t < JT; t++)
+        if (lane + 32 * t < OUT) partial[warp * OUT + lane + 32 * t] = acc[t];
+    __syncthreads();
+    for (int j = threadIdx.x; j < OUT; j += GC_BLOCK) {
+        const int i = i0 + j / N, n = j % N;
+        T v = 0;
+#pragma unroll
+        for (int w = 0; w < Sh::WARPS; w++) v += partial[w * OUT + j];
+        if (i < M) C[(int64_t)i * N + n] = ep(0, i, n, v);
+    }
+}
+
 // The largest of a chain's stages' gc_row_gemm_shape::bytes, rounded up to 16 bytes: the size of the
 // chain kernel's work buffer (at least 16: an array has a size, where no stage needs any).
 __host__ __device__ constexpr size_t gc_chain_work() { return 16; }

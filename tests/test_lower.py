@@ -225,13 +225,53 @@ def test_a_gemm_and_the_rows_reducing_it_become_one_chain_kernel():
     assert all(k.values["stages"][1]["ticket"] and k.values["stages"][1]["tail"] for k in chains)
     offsets = [src.plan.workspaces[f"{k.name}_s1"] for k in chains]
     assert len(set(offsets)) == 5 and min(o for o, _ in offsets) >= max(b.end for b in src.plan.buffers)
-    assert src.plan.arena_bytes == max(o + s for o, s in offsets)
+    assert src.plan.arena_bytes == max(o + s for o, s in src.plan.workspaces.values())
+    # the gradients over the batch (W's x^T @ dlogits, b's column sum) become one post kernel after the chain
+    # (in the 16-row chain x's gradient dlogits @ W^T, a tiled GEMM, is left beside it), except where the
+    # batch has more than POST_MAX_K rows (3000)
+    posts = [(kernels[i - 1].values["m"], [(v["m"], v["n"], v["k"], v["rows_c"], v["blocks"]) for v in k.values["gemms"]])
+             for i, k in enumerate(kernels) if k.kind == "post"]
+    assert all(kernels[i - 1].kind == "chain" for i, k in enumerate(kernels) if k.kind == "post")
+    assert sorted(posts) == [(16, [(784, 10, 16, 3, 262)]), (20, [(3, 10, 20, 3, 1)]), (37, [(200, 10, 37, 3, 67)]),
+                             (128, [(100, 32, 128, 1, 100)])]
+
+
+def test_logistic_regression_trains_in_two_kernels_a_step():
+    """The chain takes the weight and bias gradients and their updates as post stages, one kernel after it:
+    dW = x^T @ dlogits on most of its blocks, the bias's column sum and the guard's and step's assigns on the
+    rest; no second stream, no tiled GEMM."""
+    x, y = gc.placeholder("x", (128, 784)), gc.placeholder("y", (128,), dtype="int32")
+    W, b = gc.variable("W", (784, 10), init=gc.init.zeros()), gc.variable("b", (10,), init=gc.init.zeros())
+    loss = gc.softmax_cross_entropy(x @ W + b, y)
+    src = compile_program(gc.Program(loss, params=[W, b], optimizer=gc.SGD(lr=0.5)), "cuda")
+    chain, post = src.kernels["train"]
+    assert chain.kind == "chain" and chain.values["blocks"] == 128 and post.kind == "post"
+    assert [(v["m"], v["n"], v["k"], v["first"], v["blocks"], v["rows"]) for v in post.values["gemms"]] == \
+        [(784, 10, 128, 5, 262, False)]   # (the trainer reads x in place: True)
+    segments = [s for v in post.values["stages"] for s in v.get("segments", [])]
+    assert [(s["first"], s["end"]) for s in segments] == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert post.comment.endswith("after chain k0, 2 stages: g2 multi on 5 blocks; g1 GEMM 784x10 K 128 (A^T B) on "
+                                 "262 blocks")
+    assert "gc_col_gemm<float, 784, 10, 128, 3>" in src.source and "1 stream(s)" in src.source
+
+
+def test_the_mlp_post_kernel_runs_beside_the_large_weight_gradient():
+    """MLP b128: dW3, dW2 (256 x 100 x 128) and the bias gradients become the chain's post kernel; dW1
+    (784 x 256 x 128, past POST_MAX_FMA) stays a tiled GEMM, on another stream beside it. At batch 1000 a
+    warp would sum 125 rows one after another (past POST_MAX_K): no post kernel."""
+    src = compile_program(mlp_program(128), "cuda")
+    kinds = [k.kind for k in src.kernels["train"]]
+    assert kinds == ["matmul", "chain", "post", "matmul"]
+    post = src.kernels["train"][2]
+    assert [(v["m"], v["n"], v["k"]) for v in post.values["gemms"]] == [(100, 10, 128), (256, 100, 128)]
+    assert "train: 4 kernels on 2 stream(s)" in src.source
+    assert "post" not in [k.kind for k in compile_program(mlp_program(1000), "cuda").kernels["train"]]
 
 
 def test_the_mlp_train_step_chains_its_row_local_kernels():
     src = compile_program(mlp_program(128), "cuda")
     kinds = [k.kind for k in src.kernels["train"]]
-    assert kinds == ["matmul", "chain", "matmul", "matmul", "fused", "matmul"]
+    assert kinds == ["matmul", "chain", "post", "matmul"]
     # h2, logits (+ b3), softmax cross-entropy, dh2, dh1; dW3 (scheduled between dh2 and dh1) moves after
     assert chain_shapes(src.kernels["train"]) == [(128, 1, 128, [(100, 256), (10, 100), "rows", (100, 10), (256, 100)])]
     chain = src.kernels["train"][1]
@@ -287,7 +327,7 @@ def test_tf32_programs_chain_their_small_gemms_in_fp32():
     assert chain_shapes(tf32.kernels["train"]) == chain_shapes(fp32.kernels["train"])
     assert [k.kind for k in tf32.kernels["train"]] == [k.kind for k in fp32.kernels["train"]]
     tf32_field = [int(k.values["tile"].split("<")[1].split(",")[5]) for k in tf32.kernels["train"] if k.kind == "matmul"]
-    assert tf32_field == [1, 1, 1, 1]   # gc_tile's TF32: x @ W1 and the weight gradients keep tensor cores
+    assert tf32_field == [1, 1]   # gc_tile's TF32: x @ W1 and dW1 keep tensor cores (dW3, dW2: fp32 post stages)
 
 
 def wide_chains():

@@ -76,7 +76,7 @@ def test_a_record_for_another_program_or_an_unusable_tile_is_refused(tmp_path):
 
 def test_cli_tuning_flags(tmp_path, capsys):
     program = mlp()
-    kw = {"kernel": "k5", "m": 784, "n": 256, "k": 128, "batch": 1, "tile": "32x32x16/4x4/fp32/cp4/kw2", "split": 1}
+    kw = {"kernel": "k3", "m": 784, "n": 256, "k": 128, "batch": 1, "tile": "32x32x16/4x4/fp32/cp4/kw2", "split": 1}
     path = tmp_path / "rec.json"
     path.write_text(json.dumps(record_for(program, [kw])))
     model = str(EXAMPLES_DIR / "mnist_mlp.py")
@@ -117,14 +117,15 @@ def test_the_benchmark_records_fit_the_benchmark_programs():
             record = read_record(path)
             compile_program(make_program(bench_example(model), batch, LR), "cuda", model, precision=precision,
                             tuning=record)
-    assert found >= 4
+    assert found >= 3
 
 
 @pytest.mark.gpu
 def test_tune_keeps_what_is_faster_and_the_results_agree(tmp_path):
     if not shutil.which("nvcc"):
         pytest.skip("nvcc is not installed")
-    program = load_example("mnist_logreg").program(batch_size=128)
+    # (at batch 128 its step has no tiled GEMM: dW is a post stage of the chain)
+    program = load_example("mnist_logreg").program(batch_size=1000)
     lines = []
     record = gc.tune(program, count=2, windows=3, workdir=tmp_path / "work", log=lines.append)
     assert record["format"] == FORMAT and record["gpu"] and len(lines) >= 3
@@ -133,7 +134,7 @@ def test_tune_keeps_what_is_faster_and_the_results_agree(tmp_path):
     tuned = gc.compile(program, out_dir=tmp_path / "tuned", tuning=record)
     plain = gc.compile(program, out_dir=tmp_path / "plain")
     rng = np.random.RandomState(1)
-    x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)
+    x, y = rng.rand(1000, 784).astype(np.float32), rng.randint(0, 10, 1000).astype(np.int32)
     with gc.load(tuned) as a, gc.load(plain) as b:
         assert np.isclose(a.train_step(x, y), b.train_step(x, y), rtol=1e-5)
         np.testing.assert_allclose(a.get("W1"), b.get("W1"), rtol=1e-4, atol=1e-6)

@@ -12,16 +12,56 @@ chain (in their order), so the chain's stages become consecutive in the schedule
 every buffer a chain reads or writes live over the whole chain (the blocks run the stages at different times: no stage may
 reuse bytes another stage touches). lower checks the same rules on the arena's bytes again and lowers the
 chain when every stage fits its kernel (else the stages stay separate kernels).
+
+A chain may also take kernels that depend on it, its *post* stages: small weight gradients over the batch
+(A^T B GEMMs reading the rows the stages wrote, their SGD updates as epilogues) and small fused groups (bias
+gradients, the guard's and the step's assigns). lower makes them ONE kernel launched right after the chain
+(Lowering.post), each on its own blocks: in logistic regression at batch 128 the step is then two kernels on
+one stream instead of three on two (a tiled dW GEMM beside the bias kernel); in the MLP at batch 128 dW3, dW2
+and the bias gradients, with dW1 (too large) beside them on another stream. A grid barrier inside the
+chain's kernel instead of the second launch was slower (H100, logistic regression b128: 8.96 against 8.22
+us a step).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..graph import Node
-from .plan_memory import NO_KERNEL, gemm_of, storage_root, step_writes
+from .plan_memory import NO_KERNEL, gemm_of, step_values, storage_root, step_writes
 
 # The most elements a stage's B may have: every block reads all of B (from L2), so a chain's GEMMs are small
 # ones (the MLP's W2 has 25,600, logistic regression's W 7,840; its W1, 200,704, stays a tiled GEMM).
 CHAIN_MAX_B = 32768
 CHAIN_WINDOW = 8    # the most kernels moved after a chain: the search for its next stage ends there
+# A post stage: a GEMM of at most POST_MAX_FMA multiply-adds over at most POST_MAX_K rows of the batch (a
+# warp of gc_col_gemm sums K / 8 of them one after another: logistic regression's dW at batch 1000, 7.8M
+# FMAs, made its step 14.3 -> 42.4 us), or a fused group of at most POST_MAX_ELEMENTS elements in its
+# domains. Logistic regression's dW 784 x 10 x 128 (1.0M) and the MLP's dW2 256 x 100 x 128 (3.3M) are
+# ones; the MLP's dW1 (25.7M) is not. POST_ALL: take post stages only when every kernel depending on the
+# chain can be one (else the others run beside the post kernel, on another stream). H100, MLP b128: with
+# dW3, dW2 and the bias gradients post stages, dW1 beside them, 22.52 -> 21.59 us a step; with dW3 and the
+# bias gradients alone (dW2 a tiled GEMM beside them) 25.33. The post kernel follows the chain on its stream
+# (launched programmatically), dW1 waits for the chain on another: the other way round, 21.68 -> 21.90 us.
+POST_MAX_FMA = 1 << 22
+POST_MAX_K = 256
+POST_MAX_ELEMENTS = 1 << 17
+POST_ALL = False
+
+
+class Chain(list):
+    """A chain's stage nodes in order: the row stages, then its `post` stages (run by a second launch)."""
+
+    def __init__(self, stages, post: int = 0):
+        super().__init__(stages)
+        self.post = post
+
+    @property
+    def rows(self) -> list[Node]:
+        return list(self[:len(self) - self.post])
+
+    @property
+    def after(self) -> list[Node]:
+        return list(self[len(self) - self.post:])
 
 
 def rows_of(node: Node) -> int | None:
@@ -83,6 +123,53 @@ def own_row_writes(node: Node) -> set:
     return out
 
 
+def post_stage(node: Node) -> bool:
+    """Whether a kernel can be a chain's post stage: a 2-D float32 GEMM A^T @ B (trans_a, not
+    trans_b: a weight gradient over the batch) of at most POST_MAX_FMA multiply-adds and POST_MAX_K rows, or a
+    fused group without a GEMM of at most POST_MAX_ELEMENTS elements."""
+    gemm = gemm_of(node)
+    if gemm is not None:
+        matmul, a, b = gemm
+        return matmul.ndim == 2 and matmul.dtype == "float32" and matmul.attrs["trans_a"] and \
+            not matmul.attrs["trans_b"] and matmul.size * a.shape[0] <= POST_MAX_FMA and a.shape[0] <= POST_MAX_K
+    if node.op != "fused":
+        return False
+    group = node.attrs["group"]
+    parts = group.segments or [group]
+    return all(p.kind == "rows" for p in parts) and \
+        sum(int(np.prod(p.layout.domain)) for p in parts) <= POST_MAX_ELEMENTS
+
+
+def conflict(x: Node, y: Node) -> bool:
+    """Whether two steps touch the same storage, one of them writing it."""
+    wx, wy = ({storage_root(w) for w in step_writes(n)} for n in (x, y))
+    vx, vy = ({storage_root(v) for v in step_values(n)} for n in (x, y))
+    return bool(wx & vy or wy & vx)
+
+
+def post_stages(stages: list[Node], after: list[Node]) -> list[Node]:
+    """The kernels of `after` (the schedule after the chain) that depend on the chain, directly or through
+    each other, and can be post stages (post_stage), none depending on another nor conflicting with a
+    kernel of `after` it moves ahead of; none unless a GEMM is among them; with POST_ALL, none unless every
+    dependent can be one."""
+    kernels = [n for n in after if n.op not in NO_KERNEL]
+    written = {storage_root(w) for s in stages for w in step_writes(s)}
+    dependent = []
+    for node in kernels:
+        if any(storage_root(x) in written for x in node.inputs):
+            dependent.append(node)
+            written.update(storage_root(w) for w in step_writes(node) + [node])
+    post = [n for n in dependent if post_stage(n)]
+    if all(gemm_of(n) is None for n in post) or POST_ALL and len(post) < len(dependent):
+        return []          # (fused groups alone: the kernel they are anyway)
+    last = kernels.index(post[-1])
+    stay = [n for n in kernels[:last] if n not in post]
+    for i, p in enumerate(post):
+        if any(conflict(p, q) for q in post[:i] + stay):
+            return []
+    return post
+
+
 def joins(stages: list[Node], node: Node) -> bool:
     """Whether node can follow the stages: it reads what they wrote only at its own rows, and only values
     they wrote at rows."""
@@ -96,9 +183,9 @@ def joins(stages: list[Node], node: Node) -> bool:
     return True
 
 
-def find_chains(order: list[Node]) -> tuple[list[Node], list[list[Node]]]:
+def find_chains(order: list[Node]) -> tuple[list[Node], list[Chain]]:
     """The schedule with each chain's stages made consecutive, and the chains (their stage nodes, in order;
-    two stages at least, a GEMM among them)."""
+    two row stages at least, a GEMM among them; then its post stages, moved right after them)."""
     order, chains, j = list(order), [], 0
     while j < len(order):
         m = rows_of(order[j])
@@ -127,7 +214,10 @@ def find_chains(order: list[Node]) -> tuple[list[Node], list[list[Node]]]:
         later = [n for n in span if n in deferred or n.op == "group_output" and n.inputs[0] in deferred]
         first = [n for n in span if n not in later]
         rest = order[order.index(stages[-1]) + 1:]
-        order[j:] = first + later + rest
-        chains.append(stages)
-        j += len(first)
+        post = post_stages(stages, later + rest)
+        # a post stage moves with the views of its results (a group's outputs)
+        moved = [n for n in later + rest if n in post or n.op == "group_output" and n.inputs[0] in post]
+        order[j:] = first + moved + [n for n in later + rest if n not in moved]
+        chains.append(Chain(stages + post, len(post)))
+        j += len(first) + len(moved)
     return order, chains

@@ -67,10 +67,10 @@ def c_string(text: str) -> str:
 
 def kernel_gemms(k) -> list[tuple[str, dict]]:
     """The GEMMs a kernel computes, each as (the name its own epilogue type takes, its gemm values): a
-    matmul's, a chain's GEMM stages'."""
+    matmul's, a chain's GEMM stages', a chain's post GEMMs."""
     if k.kind == "matmul":
         return [(k.name, k.values)]
-    if k.kind == "chain":
+    if k.kind in ("chain", "post"):
         return [(f"{k.name}_s{i}", v) for i, v in enumerate(k.values["stages"]) if v["gemm"]]
     return []
 

@@ -5,7 +5,9 @@ expressions, each fused group's members become C statements in the right place o
 per element, in which reduction phase), and launch shapes are chosen, so the templates only substitute.
 Kinds:
 - `matmul`: a (batched) GEMM through the runtime's gc_gemm, with the group's epilogue functor when it has one;
-- `fused`: a kernel over one or more segments (a rows group, or each segment of a multi group).
+- `fused`: a kernel over one or more segments (a rows group, or each segment of a multi group);
+- `chain`: row-local GEMMs and rows groups of the batch, block by block (chain.py); `post`: the small
+  gradients over the batch and fused groups that follow a chain, side by side on their own blocks.
 Views (reshape, group_output), leaves and scalar constants produce no kernel.
 """
 from __future__ import annotations
@@ -32,6 +34,11 @@ BLOCK = 256                      # threads per block of every fused kernel (GC_B
 # 24.2 us with a row a block (128 blocks), 25.0 with 2; at batch 1000 62.2 with 8 rows (125 blocks), 59.2 with 4.
 CHAIN_BLOCKS = 256
 CHAIN_MAX_ROWS = 8
+# A chain's post GEMM (gc_col_gemm) computes POST_OUTPUTS // N rows of C a block (at least one): an output a
+# lane at N <= 32; its warps' partial sums take at most POST_SMEM bytes of shared memory. H100, logistic
+# regression b128 (dW 784 x 10 x 128): 6 rows a block 9.38 us a step, 3 rows 7.87, 12 rows 9.40.
+POST_OUTPUTS = 32
+POST_SMEM = 32768
 VECTOR = 4                       # elements per vector access of a map kernel (16 bytes of float32)
 GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
 
@@ -210,7 +217,9 @@ class Lowering:
         writes bytes an earlier one reads, and no two stages write the same bytes; rows stages whose slices a
         block's threads take R at a time. Under precision="tf32" a chain's GEMMs are computed in fp32 like any
         other (tf32 lets GEMMs use tensor cores, it does not ask for less precision; a chain's B is small, no
-        tensor-core tile would fill): on an H100 the MLP's tf32 step was slower than its fp32 one without."""
+        tensor-core tile would fill): on an H100 the MLP's tf32 step was slower than its fp32 one without.
+        Only the chain's row stages (chain.Chain.rows): its post stages are a kernel of their own (post)."""
+        stages = list(getattr(stages, "rows", stages))
         m = rows_of(stages[0])
         self.name = c_name(stages[-1], index)
         reads, own_reads, writes, own_writes = [], [], [], []
@@ -265,6 +274,59 @@ class Lowering:
                       writes=sorted(set(w for x in writes for w in x)) + workspaces({"segments": [
                           v for v in values if not v["gemm"]]}),
                       fused=fused[1:])
+
+    def post(self, after: list[Node], index: int, chain: Kernel) -> Kernel | None:
+        """A chain's post stages (chain.post_stages) as one kernel launched right after the chain's, or None
+        where they do not qualify (they then stay kernels of their own). Each runs on its own range of blocks:
+        a GEMM C = ep(A^T B) through gc_col_gemm (B the batch's rows the chain wrote, A perhaps the image
+        input read in place) on blocks of POST_OUTPUTS // N rows of C, a fused group's segments on as many
+        blocks as each needs. On the arena's bytes no post stage may write what another reads or writes, nor
+        what the chain writes."""
+        self.name = c_name(after[-1], index)
+        rd = [self.ranges(n.inputs) for n in after]
+        wr = [self.ranges(step_writes(n)) for n in after]
+        for j in range(len(after)):
+            if overlap(wr[j], chain.writes):
+                return None
+            for i in range(j):
+                if overlap(wr[i], rd[j] + wr[j]) or overlap(wr[j], rd[i]):
+                    return None
+        stages, gemms, segments, details, groups, what, first = [], [], [], [], [], [], 0
+        for i, node in enumerate(after):
+            if gemm_of(node) is not None:
+                v = self.gemm_step(node)
+                v["gemm"] = True
+                v["rows_c"] = max(1, POST_OUTPUTS // v["n"])
+                v["first"], v["blocks"] = first, -(-v["m"] // v["rows_c"])
+                first += v["blocks"]
+                if 8 * v["rows_c"] * v["n"] * 4 > POST_SMEM:
+                    return None
+                gemms.append(v)
+                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']} (A^T B) on {v['blocks']} blocks")
+            else:
+                group = node.attrs["group"]
+                v = {"gemm": False, "segments": []}
+                for j, part in enumerate(group.segments or [group]):
+                    body = GroupCode(self, part).segment(f"{self.name}_s{i}_{j}")
+                    body["fn"], body["first"], body["end"] = f"{self.name}_s{i}_{j}", first, first + body["blocks"]
+                    first += body["blocks"]
+                    v["segments"].append(body)
+                segments += v["segments"]
+                what.append(f"{group.kind} on {sum(s['blocks'] for s in v['segments'])} blocks")
+            stages.append(v)
+            details += [describe(x) for x in (node.attrs["group"].members if node.op == "fused" else [node])]
+            groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
+        if first > 8192:
+            return None
+        writes = sorted(set(w for x in wr for w in x))
+        prefetch_globals(segments, writes)
+        fused = [g for node, g in zip(after, groups) if node.op == "fused"]
+        text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
+        return Kernel("post", self.name, f"{self.direction}: after chain {kernel_key(chain.name)}, {len(after)} "
+                      f"stages: {text}", {"stages": stages, "gemms": gemms, "blocks": first,
+                                          "rows_input": any(v["rows"] for v in gemms)},
+                      details, fused[0] if fused else None, reads=sorted(set(r for x in rd for r in x)),
+                      writes=writes + workspaces({"segments": segments}), fused=fused[1:])
 
     def lower_matmul(self, node: Node):
         return "matmul", self.gemm_step(node)
@@ -670,9 +732,21 @@ def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32",
         j = 0
         while j < len(nodes):
             stages = chains.get(nodes[j])
-            kernel = lowering.chain(stages, index) if stages and nodes[j:j + len(stages)] == stages else None
-            j += len(stages) if kernel is not None else 1
-            kernel = kernel or lowering.kernel(nodes[j - 1], index)
+            rows = list(getattr(stages, "rows", stages or []))
+            kernel = lowering.chain(rows, index) if stages and nodes[j:j + len(rows)] == rows else None
+            if kernel is not None:
+                kernels.append(kernel)
+                index += 1
+                j += len(rows)
+                after = getattr(stages, "after", [])
+                post = lowering.post(after, index, kernel) if after and nodes[j:j + len(after)] == after else None
+                if post is not None:
+                    kernels.append(post)
+                    index += 1
+                    j += len(after)
+                continue
+            kernel = lowering.kernel(nodes[j], index)
+            j += 1
             if kernel is not None:
                 kernels.append(kernel)
                 index += 1
