@@ -225,14 +225,17 @@ def sample_inputs(specs) -> list[np.ndarray]:
 
 
 def gpu_name() -> str | None:
-    """The GPU's name (nvidia-smi), for the record."""
+    """The GPU's name (nvidia-smi), for the record: of the first device CUDA_VISIBLE_DEVICES lets the
+    program see (an index or a UUID, as nvidia-smi -i takes them), else of device 0."""
+    import os
     import shutil
     import subprocess
     if shutil.which("nvidia-smi") is None:
         return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20).stdout.strip().splitlines()
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", visible or "0"],
+                             capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
     except (OSError, subprocess.SubprocessError):
         return None
     return out[0].strip() if out else None

@@ -1,5 +1,6 @@
 """Tuning records (gcompile/tune.py): what they apply, what they refuse; gc.tune itself on the GPU."""
 import json
+import os
 import shutil
 
 import numpy as np
@@ -138,3 +139,17 @@ def test_tune_keeps_what_is_faster_and_the_results_agree(tmp_path):
     with gc.load(tuned) as a, gc.load(plain) as b:
         assert np.isclose(a.train_step(x, y), b.train_step(x, y), rtol=1e-5)
         np.testing.assert_allclose(a.get("W1"), b.get("W1"), rtol=1e-4, atol=1e-6)
+
+
+def test_gpu_name_asks_for_the_first_visible_device(tmp_path, monkeypatch):
+    from gcompile.tune import gpu_name
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do last="$a"; done\necho "GPU $last"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_name() == "GPU 0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert gpu_name() == "GPU 3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5d3c,GPU-aa")
+    assert gpu_name() == "GPU GPU-5d3c"
