@@ -74,7 +74,7 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
 
     schedules, chains = {}, {}
     for g, outputs in module.graphs.items():
-        schedules[g], chains[g] = find_chains(schedule(outputs))
+        schedules[g], chains[g] = find_chains(schedule(outputs), precision)
     stages["schedule"] = "\n".join(f"-- {g}\n{format_graph(outputs, order=schedules[g])}"
                                    for g, outputs in module.graphs.items())
 

@@ -322,12 +322,20 @@ def test_a_chain_reads_the_image_input_in_place():
 
 
 def test_tf32_programs_chain_their_small_gemms_in_fp32():
-    # the chain's row GEMMs compute in fp32 (gc_row_gemm has no tf32 form); x @ W1 outside keeps a tf32 tile
+    # the chain's row GEMMs compute in fp32 (gc_row_gemm has no tf32 form); x @ W1 outside keeps a tf32 tile.
+    # Under tf32 the chain takes no post stages while a dependent (dW1, a tensor-core GEMM) would be left
+    # beside them (chain.POST_ALL): the weight gradients keep their tf32 tiles
     fp32, tf32 = (compile_program(mlp_program(128), "cuda", precision=p) for p in ("fp32", "tf32"))
     assert chain_shapes(tf32.kernels["train"]) == chain_shapes(fp32.kernels["train"])
-    assert [k.kind for k in tf32.kernels["train"]] == [k.kind for k in fp32.kernels["train"]]
+    assert [k.kind for k in fp32.kernels["train"]] == ["matmul", "chain", "post", "matmul"]
+    assert [k.kind for k in tf32.kernels["train"]] == ["matmul", "chain", "matmul", "matmul", "fused", "matmul"]
     tf32_field = [int(k.values["tile"].split("<")[1].split(",")[5]) for k in tf32.kernels["train"] if k.kind == "matmul"]
-    assert tf32_field == [1, 1]   # gc_tile's TF32: x @ W1 and dW1 keep tensor cores (dW3, dW2: fp32 post stages)
+    assert tf32_field == [1, 1, 1, 1]   # gc_tile's TF32: x @ W1 and the weight gradients keep tensor cores
+    # where every dependent can be a post stage (logistic regression), tf32 programs take them too
+    x, y = gc.placeholder("x", (128, 784)), gc.placeholder("y", (128,), dtype="int32")
+    W, b = gc.variable("W", (784, 10), init=gc.init.zeros()), gc.variable("b", (10,), init=gc.init.zeros())
+    logreg = gc.Program(gc.softmax_cross_entropy(x @ W + b, y), params=[W, b], optimizer=gc.SGD(lr=0.5))
+    assert [k.kind for k in compile_program(logreg, "cuda", precision="tf32").kernels["train"]] == ["chain", "post"]
 
 
 def wide_chains():

@@ -42,6 +42,9 @@ CHAIN_WINDOW = 8    # the most kernels moved after a chain: the search for its n
 # dW3, dW2 and the bias gradients post stages, dW1 beside them, 22.52 -> 21.59 us a step; with dW3 and the
 # bias gradients alone (dW2 a tiled GEMM beside them) 25.33. The post kernel follows the chain on its stream
 # (launched programmatically), dW1 waits for the chain on another: the other way round, 21.68 -> 21.90 us.
+# Under tf32 a dependent left beside the post kernel is a tensor-core GEMM, which the post kernel's blocks
+# delay (MLP b128 tf32: 20.3 -> 25.1 us in make bench): there a chain takes post stages only when it takes
+# every dependent (as POST_ALL).
 POST_MAX_FMA = 1 << 22
 POST_MAX_K = 256
 POST_MAX_ELEMENTS = 1 << 17
@@ -147,10 +150,10 @@ def conflict(x: Node, y: Node) -> bool:
     return bool(wx & vy or wy & vx)
 
 
-def post_stages(stages: list[Node], after: list[Node]) -> list[Node]:
+def post_stages(stages: list[Node], after: list[Node], post_all: bool = False) -> list[Node]:
     """The kernels of `after` (the schedule after the chain) that depend on the chain, directly or through
     each other, and can be post stages (post_stage), none depending on another nor conflicting with a
-    kernel of `after` it moves ahead of; none unless a GEMM is among them; with POST_ALL, none unless every
+    kernel of `after` it moves ahead of; none unless a GEMM is among them; with post_all, none unless every
     dependent can be one."""
     kernels = [n for n in after if n.op not in NO_KERNEL]
     written = {storage_root(w) for s in stages for w in step_writes(s)}
@@ -160,7 +163,7 @@ def post_stages(stages: list[Node], after: list[Node]) -> list[Node]:
             dependent.append(node)
             written.update(storage_root(w) for w in step_writes(node) + [node])
     post = [n for n in dependent if post_stage(n)]
-    if all(gemm_of(n) is None for n in post) or POST_ALL and len(post) < len(dependent):
+    if all(gemm_of(n) is None for n in post) or post_all and len(post) < len(dependent):
         return []          # (fused groups alone: the kernel they are anyway)
     last = kernels.index(post[-1])
     stay = [n for n in kernels[:last] if n not in post]
@@ -183,9 +186,10 @@ def joins(stages: list[Node], node: Node) -> bool:
     return True
 
 
-def find_chains(order: list[Node]) -> tuple[list[Node], list[Chain]]:
+def find_chains(order: list[Node], precision: str = "fp32") -> tuple[list[Node], list[Chain]]:
     """The schedule with each chain's stages made consecutive, and the chains (their stage nodes, in order;
-    two row stages at least, a GEMM among them; then its post stages, moved right after them)."""
+    two row stages at least, a GEMM among them; then its post stages, moved right after them). precision:
+    the program's GEMM precision (post_stages' rule differs under tf32)."""
     order, chains, j = list(order), [], 0
     while j < len(order):
         m = rows_of(order[j])
@@ -214,7 +218,7 @@ def find_chains(order: list[Node]) -> tuple[list[Node], list[Chain]]:
         later = [n for n in span if n in deferred or n.op == "group_output" and n.inputs[0] in deferred]
         first = [n for n in span if n not in later]
         rest = order[order.index(stages[-1]) + 1:]
-        post = post_stages(stages, later + rest)
+        post = post_stages(stages, later + rest, POST_ALL or precision == "tf32")
         # a post stage moves with the views of its results (a group's outputs)
         moved = [n for n in later + rest if n in post or n.op == "group_output" and n.inputs[0] in post]
         order[j:] = first + moved + [n for n in later + rest if n not in moved]
