@@ -218,8 +218,7 @@ class Lowering:
         block's threads take R at a time. Under precision="tf32" a chain's GEMMs are computed in fp32 like any
         other (tf32 lets GEMMs use tensor cores, it does not ask for less precision; a chain's B is small, no
         tensor-core tile would fill): on an H100 the MLP's tf32 step was slower than its fp32 one without.
-        Only the chain's row stages (chain.Chain.rows): its post stages are a kernel of their own (post)."""
-        stages = list(getattr(stages, "rows", stages))
+        `stages`: the chain's row stages (chain.Chain.rows); its post stages are a kernel of their own (post)."""
         m = rows_of(stages[0])
         self.name = c_name(stages[-1], index)
         reads, own_reads, writes, own_writes = [], [], [], []
