@@ -36,7 +36,7 @@ CHAIN_BLOCKS = 256
 CHAIN_MAX_ROWS = 8
 # A chain's post GEMM (gc_col_gemm) computes POST_OUTPUTS // N rows of C a block (at least one): an output a
 # lane at N <= 32; its warps' partial sums take at most POST_SMEM bytes of shared memory. H100, logistic
-# regression b128 (dW 784 x 10 x 128): 6 rows a block 9.38 us a step, 3 rows 7.87, 12 rows 9.40.
+# regression b128 (dW 784 x 10 x 128), one run: 3 rows a block 7.27 us a step, 1 row 8.42, 6 rows 9.41.
 POST_OUTPUTS = 32
 POST_SMEM = 32768
 VECTOR = 4                       # elements per vector access of a map kernel (16 bytes of float32)
