@@ -270,7 +270,7 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
     }
 }
 
-// ---- a chain's post stages (lower.py's Lowering.chain) -----------------------------------------------------
+// ---- a chain's post stages (lower.py's Lowering.post) ------------------------------------------------------
 // The shared memory gc_col_gemm<T, M, N, K, RB> needs: the warps' partial sums of a block's outputs.
 template <typename T, int M, int N, int K, int RB>
 struct gc_col_gemm_shape {

@@ -298,7 +298,7 @@ class Lowering:
                 v["rows_c"] = max(1, POST_OUTPUTS // v["n"])
                 v["first"], v["blocks"] = first, -(-v["m"] // v["rows_c"])
                 first += v["blocks"]
-                if 8 * v["rows_c"] * v["n"] * 4 > POST_SMEM:
+                if BLOCK // 32 * v["rows_c"] * v["n"] * 4 > POST_SMEM:   # gc_col_gemm_shape::bytes (float)
                     return None
                 gemms.append(v)
                 what.append(f"GEMM {v['m']}x{v['n']} K {v['k']} (A^T B) on {v['blocks']} blocks")
