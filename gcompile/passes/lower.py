@@ -304,12 +304,8 @@ class Lowering:
                 what.append(f"GEMM {v['m']}x{v['n']} K {v['k']} (A^T B) on {v['blocks']} blocks")
             else:
                 group = node.attrs["group"]
-                v = {"gemm": False, "segments": []}
-                for j, part in enumerate(group.segments or [group]):
-                    body = GroupCode(self, part).segment(f"{self.name}_s{i}_{j}")
-                    body["fn"], body["first"], body["end"] = f"{self.name}_s{i}_{j}", first, first + body["blocks"]
-                    first += body["blocks"]
-                    v["segments"].append(body)
+                v = {"gemm": False, "segments": self.segments(group, f"{self.name}_s{i}_", first)}
+                first = v["segments"][-1]["end"]
                 segments += v["segments"]
                 what.append(f"{group.kind} on {sum(s['blocks'] for s in v['segments'])} blocks")
             stages.append(v)
@@ -371,13 +367,19 @@ class Lowering:
         group: Group = node.attrs["group"]
         if group.kind == "gemm":
             return "matmul", self.gemm_step(node)
-        segments, first = [], 0
+        segments = self.segments(group, f"{self.name}_s")
+        return "fused", {"segments": segments, "blocks": segments[-1]["end"]}
+
+    def segments(self, group: Group, prefix: str, first: int = 0) -> list[dict]:
+        """A fused group's segments (each part of a multi group, or the group), named prefix0, prefix1, ...
+        (`fn`), each on its own range of blocks [first, end) from `first` on."""
+        out = []
         for i, part in enumerate(group.segments or [group]):
-            body = GroupCode(self, part).segment(f"{self.name}_s{i}")
-            body["first"], body["end"] = first, first + body["blocks"]
-            first += body["blocks"]
-            segments.append(body)
-        return "fused", {"segments": segments, "blocks": first}
+            body = GroupCode(self, part).segment(f"{prefix}{i}")
+            body["fn"], body["first"], body["end"] = f"{prefix}{i}", first, first + body["blocks"]
+            first = body["end"]
+            out.append(body)
+        return out
 
     # --- convolutional networks: one gather per output element (runtime/gc_kernels_conv.h) ------------
     # These ops are not elementwise (each output element gathers a window), so fuse leaves them alone and
