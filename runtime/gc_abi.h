@@ -44,13 +44,13 @@ static void gc_library_batch(gc_model* m) {
 
 static int gc_enqueue_train(void* model, int64_t steps) {
     gc_library_batch((gc_model*)model);
-    for (int64_t i = 0; i < steps; i++) GC_TRY(gc_run_train(((gc_model*)model)->arena));
+    for (int64_t i = 0; i < steps; i++) GC_TRY(gc_run_train(((gc_model*)model)->arena, NULL));
     return GC_OK;
 }
 
 static int gc_enqueue_eval(void* model, int64_t steps) {
     gc_library_batch((gc_model*)model);
-    for (int64_t i = 0; i < steps; i++) GC_TRY(gc_run_eval(((gc_model*)model)->arena));
+    for (int64_t i = 0; i < steps; i++) GC_TRY(gc_run_eval(((gc_model*)model)->arena, NULL));
     return GC_OK;
 }
 

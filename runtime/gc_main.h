@@ -265,20 +265,23 @@ typedef struct {
 } gc_loop;
 
 // Gather a batch into the image and label placeholders' buffers, which both steps read (see gc_gather); or,
-// where the GEMMs read x in place (GC_X_ROWS), write the batch's row indices into the dataset and its labels
-// (gc_batch_rows), the split being the steps' batch input (gc_batch_input, set here as the steps are
-// enqueued: launched, or captured into the split's graph).
+// where the GEMMs read x in place (GC_X_ROWS), write the batch's row indices into the dataset (into half
+// `half` of x's row slot: the step's, or the next step's while this one runs) and its labels (gc_batch_rows),
+// the split with those indices being the steps' batch input (gc_batch_input, set by gc_batch_from as the
+// steps are enqueued: launched, or captured into the split's graph).
+static uint32_t* gc_rows_half(unsigned char* A, int64_t half) { return (uint32_t*)(A + GC_X_OFFSET) + (half % 2) * GC_BATCH; }
+static void gc_batch_from(const gc_split* s, double scale, unsigned char* A, int64_t half) {
+    gc_rows in = {s->images_dev, gc_rows_half(A, half), (float)scale, s->images.dtype == GC_U8};
+    *gc_batch_input() = in;
+}
 static int gc_gather_batch(const gc_split* s, const gc_cursor* cursor, int64_t first, int count, double scale,
-                           unsigned char* A, double* sums) {
+                           unsigned char* A, double* sums, int64_t half = 0) {
     float* x = (float*)(A + GC_X_OFFSET);
     int32_t* y = (int32_t*)(A + GC_Y_OFFSET);
     const float* loss = (const float*)(A + GC_LOSS_OFFSET);
-    if (GC_X_ROWS) {
-        gc_rows in = {s->images_dev, (const uint32_t*)(A + GC_X_OFFSET), (float)scale, s->images.dtype == GC_U8};
-        *gc_batch_input() = in;
+    if (GC_X_ROWS)
         return gc_batch_rows(s->images_dev, GC_ROW * gc_dtype_sizes[s->images.dtype], s->labels_dev, cursor, first, count,
-                             (uint32_t*)(A + GC_X_OFFSET), y, GC_BATCH, loss, sums);
-    }
+                             gc_rows_half(A, half), y, GC_BATCH, loss, sums);
     if (s->images.dtype == GC_U8)
         return gc_gather<uint8_t>(s->images_dev, s->labels_dev, cursor, first, count, GC_ROW, (float)scale, x, y,
                                   GC_BATCH, loss, sums);
@@ -286,14 +289,32 @@ static int gc_gather_batch(const gc_split* s, const gc_cursor* cursor, int64_t f
                             x, y, GC_BATCH, loss, sums);
 }
 
-// `steps` training steps from the cursor's position, then the cursor moves past them. Each step's gather
-// also records the previous step's loss; gc_steps_done records the last one.
+// Step j's hook (GC_NEXT_BATCH: gc_run_train runs it beside its kernels after the last that reads the
+// labels or writes the loss): step j + 1's row indices (the other half) and labels, and step j's loss.
+typedef struct {
+    gc_loop* L;
+    int64_t j;
+} gc_next_batch;
+static int gc_next_batch_run(void* ctx) {
+    const gc_next_batch* n = (const gc_next_batch*)ctx;
+    return gc_gather_batch(&n->L->train, n->L->cursor, (n->j + 1) * GC_BATCH, GC_BATCH, n->L->scale, n->L->m->arena,
+                           n->L->loss_sums, n->j + 1);
+}
+
+// `steps` training steps from the cursor's position, then the cursor moves past them. Each step's batch is
+// gathered before it (its gather also records the previous step's loss) or, with GC_NEXT_BATCH, by the
+// previous step's hook (which records that step's loss), the first step's before it; gc_steps_done records
+// the last loss. Either way the losses are recorded in step order, once each.
 static int gc_enqueue_trainer_steps(void* loop, int64_t steps) {
     gc_loop* L = (gc_loop*)loop;
     unsigned char* A = L->m->arena;
     for (int64_t j = 0; j < steps; j++) {
-        GC_TRY(gc_gather_batch(&L->train, L->cursor, j * GC_BATCH, GC_BATCH, L->scale, A, j ? L->loss_sums : NULL));
-        GC_TRY(gc_run_train(A));
+        if (GC_X_ROWS) gc_batch_from(&L->train, L->scale, A, j);
+        if (!GC_NEXT_BATCH || j == 0)
+            GC_TRY(gc_gather_batch(&L->train, L->cursor, j * GC_BATCH, GC_BATCH, L->scale, A, j ? L->loss_sums : NULL, j));
+        gc_next_batch next = {L, j};
+        gc_step_hook hook = {gc_next_batch_run, &next};
+        GC_TRY(gc_run_train(A, GC_NEXT_BATCH && j + 1 < steps ? &hook : NULL));
     }
     return gc_steps_done(L->cursor, steps, (const float*)(A + GC_LOSS_OFFSET), L->loss_sums);
 }
@@ -321,8 +342,9 @@ static int gc_enqueue_trainer_eval(void* loop, int64_t batches) {
     for (int64_t i = 0; i < batches; i++) {
         int64_t first = i * GC_BATCH;
         int count = (int)(L->valid.count - first < GC_BATCH ? L->valid.count - first : GC_BATCH);
+        if (GC_X_ROWS) gc_batch_from(&L->valid, L->scale, A, 0);
         GC_TRY(gc_gather_batch(&L->valid, NULL, first, count, L->scale, A, NULL));
-        GC_TRY(gc_run_eval(A));
+        GC_TRY(gc_run_eval(A, NULL));
         GC_TRY(gc_count_correct((const float*)(A + GC_LOGITS_OFFSET), (const int32_t*)(A + GC_Y_OFFSET), count,
                                 GC_CLASSES, L->correct, i == 0));
     }

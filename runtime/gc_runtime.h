@@ -96,6 +96,12 @@ GC_SHARED int gc_fail(int code, const char* fmt, ...);   // the kernels part's m
 #define GC_LAUNCH_CHECK() do {} while (0)
 #endif
 
+// A step's hook: what its caller runs beside the step's later kernels (gc_hook, below).
+typedef struct {
+    int (*fn)(void* ctx);   // enqueues work (gc_launch: on gc_current_stream, the hook's stream)
+    void* ctx;
+} gc_step_hook;
+
 #if defined(GC_CUDA) && GC_KERNELS
 // Programmatic dependent launch (sm_90): a step is a chain of small kernels, and the gap between one
 // kernel's end and the next one's first instruction sits on its critical path. Kernels are launched with
@@ -122,6 +128,10 @@ __device__ __forceinline__ void gc_wait_prior() {
 // the calling thread (as the per-thread default stream does), made once by gc_streams_ready — before a
 // capture begins, since a capture must not create them.
 // gc_current_stream is part 0's (the steps pick the stream; every part's launchers launch on it).
+//
+// A step may also run its caller's hook beside its own later kernels (gc_hook: the trainer's next batch,
+// gc_main.h): on a stream of its own that waits for what the step has enqueued so far on the streams in
+// `mask` (those that read the labels or write the loss); gc_join waits for it too.
 #if GC_KERNELS0
 GC_SHARED thread_local cudaStream_t gc_current_stream = cudaStreamPerThread;
 #else
@@ -130,16 +140,21 @@ extern GC_SHARED thread_local cudaStream_t gc_current_stream;
 #if GC_KERNELS0
 #define GC_MAX_STREAMS 4
 #define GC_MAX_EVENTS 256
-static thread_local cudaStream_t gc_stream_table[GC_MAX_STREAMS];
-static thread_local cudaEvent_t gc_event_table[GC_MAX_EVENTS + GC_MAX_STREAMS];   // + fork and joins
+#define GC_HOOK_STREAM GC_MAX_STREAMS   // the hook's stream, after the step's own
+// events: the kernels' (GC_MAX_EVENTS), the fork, the joins of streams 1..GC_MAX_STREAMS (the last: the hook's
+// stream), and the hook's waits on streams 0..GC_MAX_STREAMS-1
+#define GC_EVENT_SLOTS (GC_MAX_EVENTS + 1 + GC_MAX_STREAMS + GC_MAX_STREAMS)
+static thread_local cudaStream_t gc_stream_table[GC_MAX_STREAMS + 1];
+static thread_local cudaEvent_t gc_event_table[GC_EVENT_SLOTS];
 static thread_local bool gc_streams_made = false;
+static thread_local bool gc_hook_ran = false;   // the step's hook stream has work for gc_join to wait for
 
 GC_SHARED int gc_streams_ready(void) {
     if (gc_streams_made) return GC_OK;
     gc_stream_table[0] = cudaStreamPerThread;
-    for (int s = 1; s < GC_MAX_STREAMS; s++)
+    for (int s = 1; s <= GC_HOOK_STREAM; s++)
         GC_CUDA_TRY(cudaStreamCreateWithFlags(&gc_stream_table[s], cudaStreamNonBlocking));
-    for (int e = 0; e < GC_MAX_EVENTS + GC_MAX_STREAMS; e++)
+    for (int e = 0; e < GC_EVENT_SLOTS; e++)
         GC_CUDA_TRY(cudaEventCreateWithFlags(&gc_event_table[e], cudaEventDisableTiming));
     gc_streams_made = true;
     return GC_OK;
@@ -165,10 +180,29 @@ static int gc_wait(int e) {
     GC_CUDA_TRY(cudaStreamWaitEvent(gc_current_stream, gc_event_table[e], 0));
     return GC_OK;
 }
+static int gc_hook(const gc_step_hook* hook, unsigned mask, int resume) {
+    if (!hook) return GC_OK;
+    GC_TRY(gc_streams_ready());
+    cudaStream_t side = gc_stream_table[GC_HOOK_STREAM];
+    for (int s = 0; s < GC_MAX_STREAMS; s++)
+        if (mask >> s & 1) {
+            cudaEvent_t done = gc_event_table[GC_MAX_EVENTS + 1 + GC_MAX_STREAMS + s];
+            GC_CUDA_TRY(cudaEventRecord(done, gc_stream_table[s]));
+            GC_CUDA_TRY(cudaStreamWaitEvent(side, done, 0));
+        }
+    gc_current_stream = side;
+    gc_hook_ran = true;
+    const int rc = hook->fn(hook->ctx);
+    gc_current_stream = gc_stream_table[resume];
+    return rc;
+}
 // Also the way out of a step that failed half-way (rc != GC_OK): launches go to stream 0 again.
 static int gc_join(int streams, int rc) {
     gc_current_stream = cudaStreamPerThread;
-    for (int s = 1; rc == GC_OK && s < streams; s++) {
+    const bool hooked = gc_hook_ran;
+    gc_hook_ran = false;
+    for (int s = 1; rc == GC_OK && s <= GC_HOOK_STREAM; s++) {
+        if (s >= streams && !(s == GC_HOOK_STREAM && hooked)) continue;
         cudaEvent_t join = gc_event_table[GC_MAX_EVENTS + s];
         GC_CUDA_TRY(cudaEventRecord(join, gc_stream_table[s]));
         GC_CUDA_TRY(cudaStreamWaitEvent(cudaStreamPerThread, join, 0));
@@ -234,6 +268,7 @@ static int gc_fork(int) { return GC_OK; }
 static int gc_on(int) { return GC_OK; }
 static int gc_record(int) { return GC_OK; }
 static int gc_wait(int) { return GC_OK; }
+static int gc_hook(const gc_step_hook* hook, unsigned, int) { return hook ? hook->fn(hook->ctx) : GC_OK; }
 static int gc_join(int, int rc) { return rc; }
 #endif
 

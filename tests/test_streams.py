@@ -113,3 +113,45 @@ def test_cpu_programs_run_kernels_in_schedule_order_and_cuda_ones_branch():
     cpu, cuda = (compile_program(mlp_program(128), target).source for target in ("cpu", "cuda"))
     assert "GC_TRY(gc_fork(1))" in cpu and not any(c in cpu for c in calls)
     assert "GC_TRY(gc_fork(2))" in cuda and all(c in cuda for c in calls)
+
+
+def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
+    """The trainer's next batch (emit.next_batch_hook, runtime gc_hook) is written beside the step's later
+    kernels: right after the last kernel that reads the labels or writes the loss, on its own stream that
+    waits for theirs. The kernels after it touch neither; a step whose x is gathered (read by the step to
+    its end) runs no hook and refuses one; the cpu runs it in place, in the same order."""
+    import re
+    import gcompile as gc
+    from gcompile.passes.emit import next_batch_hook
+    from gcompile.passes.lower import overlap
+    for batch in (128, 1000):
+        src = compile_program(mlp_program(batch), "cuda")
+        train, plan, module = src.kernels["train"], src.plan, src.module
+        hook = next_batch_hook(train, plan, module)
+        y, loss = plan.buffer_of(module.trainer["y"]), plan.buffer_of(module.loss)
+        labels, lost = [(y.offset, y.offset + y.size)], [(loss.offset, loss.offset + loss.size)]
+        assert train[hook["after"]].kind == "chain" and overlap(train[hook["after"]].reads, labels)
+        for k in train[hook["after"] + 1:]:
+            assert not overlap(k.reads + k.writes, labels) and not overlap(k.writes, lost), k.name
+        assert hook["mask"] == 1 << train[hook["after"]].values["stream"]
+        body = re.search(r"static int gc_run_train_branches\(unsigned char\* A, const gc_step_hook\* hook\) \{(.*?)\n}",
+                         src.source, re.S).group(1)
+        lines = [line.strip() for line in body.splitlines()]
+        at = lines.index(f"GC_TRY(gc_hook(hook, {hook['mask']}u, {train[hook['after']].values['stream']}));   "
+                         "// the labels are read, the loss written")
+        assert lines[at - 1] in (f"GC_TRY({train[hook['after']].name}(A));", f"GC_TRY(gc_record({train[hook['after']].values['record']}));")
+        assert "#define GC_NEXT_BATCH 1" in src.source
+        assert 'gc_run_eval: this step runs no hook' in src.source
+    cpu = compile_program(mlp_program(128), "cpu")
+    assert "#define GC_NEXT_BATCH 1" in cpu.source and "GC_TRY(gc_hook(hook, 1u, 0));" in cpu.source
+
+    x = gc.placeholder("x", (8, 10))   # rows of 10 elements: gathered, not read in place
+    y = gc.placeholder("y", (8,), dtype="int32")
+    W = gc.variable("W", (10, 3), init=gc.init.normal(0.1, seed=1))
+    logits = x @ W
+    src = compile_program(gc.Program(gc.softmax_cross_entropy(logits, y), [W], optimizer=gc.SGD(lr=0.1),
+                                     outputs={"logits": logits}), "cuda")
+    assert next_batch_hook(src.kernels["train"], src.plan, src.module) is None
+    assert "#define GC_NEXT_BATCH 0" in src.source and "gc_hook(hook" not in src.source
+    assert "gc_run_train: this step runs no hook" in src.source
+

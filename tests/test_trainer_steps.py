@@ -143,7 +143,7 @@ def test_manifest_counts_the_kernels_of_each_step(artifact):
     manifest = json.loads(open(artifact.manifest).read())
     source = open(artifact.source).read()
     for graph in ("train", "eval"):
-        body = re.search(rf"static int gc_run_{graph}_branches\(unsigned char\* A\) \{{(.*?)\n}}", source,
+        body = re.search(rf"static int gc_run_{graph}_branches\(unsigned char\* A, const gc_step_hook\* hook\) \{{(.*?)\n}}", source,
                          re.S).group(1)
         assert manifest["kernels"][graph] == len(re.findall(r"GC_TRY\(k\d+_", body)) > 0
     assert manifest["kernels"]["train"] > manifest["kernels"]["eval"]

@@ -14,7 +14,7 @@ import numpy as np
 from .. import __version__
 from ..resources import package_dir
 from ..graph import Node
-from .lower import C_TYPES, c_literal
+from .lower import C_TYPES, c_literal, overlap
 from .streams import assign_streams
 
 DTYPE_CODES = {"uint8": 0, "int32": 1, "float32": 2, "float64": 4}
@@ -149,6 +149,26 @@ def assign_parts(kernels, target: str) -> int:
     return parts
 
 
+def next_batch_hook(train: list, plan, module) -> dict | None:
+    """Where the train step runs its caller's hook (runtime gc_hook; the trainer's next batch, gc_main.h):
+    right after the last kernel that reads the labels y or writes the loss, on a stream of its own that
+    waits for the streams those kernels ran on. The trainer's hook writes the next step's labels and row
+    indices (the other half of x's row slot, plan_memory.rows_bytes) and records this step's loss, so the
+    next step's batch is ready before the step ends instead of a kernel ahead of it. Only where x is read
+    through batch rows (a gathered x's buffer is read by the step until its end): {"after": kernel index,
+    "mask": the streams' bits}, or None."""
+    trainer = module.trainer
+    if not trainer or module.loss is None or not plan.buffer_of(trainer["x"]).rows:
+        return None
+    y, loss = plan.buffer_of(trainer["y"]), plan.buffer_of(module.loss)
+    labels, lost = [(y.offset, y.offset + y.size)], [(loss.offset, loss.offset + loss.size)]
+    touching = [i for i, k in enumerate(train)
+                if overlap(k.reads + k.writes, labels) or overlap(k.writes, lost)]
+    if not touching:
+        return None
+    return {"after": max(touching), "mask": sum(1 << s for s in {train[i].values.get("stream", 0) for i in touching})}
+
+
 def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
     """The program's source and how many kernels parts it has (assign_parts). build_command: the compile
     commands the header shows, or a function of the number of kernels parts that gives them."""
@@ -159,6 +179,7 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
     if callable(build_command):
         build_command = build_command(parts)
     streams = {d: assign_streams(ks) if target == "cuda" else 1 for d, ks in kernels.items()}
+    hook = next_batch_hook(kernels.get("train", []), plan, module)
     macros = {}
     for template in ("kernels_common.j2", f"kernels_{target}.j2"):
         mod = env.get_template(template).module
@@ -211,6 +232,7 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         ("GC_X_OFFSET", offset(trainer["x"]) if trainer else 0),
         ("GC_X_ROWS", int(bool(trainer) and plan.buffer_of(trainer["x"]).rows)),   # x's row indices at GC_X_OFFSET
         ("GC_Y_OFFSET", offset(trainer["y"]) if trainer else 0),
+        ("GC_NEXT_BATCH", int(hook is not None)),   # the train step runs the trainer's next batch (gc_hook)
         ("GC_LOGITS_OFFSET", offset(trainer["logits"]) if trainer else 0),
         ("GC_ROW", trainer["x"].size // module.batch_size if trainer else 1),
         ("GC_CLASSES", trainer["logits"].shape[1] if trainer else 1),
@@ -224,7 +246,7 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         "lower_bound": plan.lower_bound, "naive_bytes": plan.naive_bytes, "layout": layout,
         "kernels": everything, "parts": parts, "K": macros,
         "train": kernels.get("train", []), "eval": kernels.get("eval", []),
-        "train_streams": streams.get("train", 1), "eval_streams": streams.get("eval", 1),
+        "train_streams": streams.get("train", 1), "eval_streams": streams.get("eval", 1), "train_hook": hook,
         "variables": variables, "train_inputs": train_inputs, "eval_inputs": eval_inputs,
         "eval_outputs": eval_outputs, "constants": constants, "defines": defines,
         "manifest_c_string": c_string(json.dumps(module.manifest, indent=1)),

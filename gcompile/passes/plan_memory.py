@@ -152,8 +152,9 @@ class MemoryPlan:
 
 
 def rows_bytes(x: Node) -> int:
-    """The batch rows of image input x: one uint32 row index per batch row."""
-    return 4 * x.shape[0]
+    """The batch rows of image input x: one uint32 row index per batch row, twice — the trainer writes the
+    next step's into the other half while the step reads its own (emit.next_batch_hook)."""
+    return 2 * 4 * x.shape[0]
 
 
 def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, str]:
