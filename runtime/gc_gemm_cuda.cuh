@@ -704,6 +704,66 @@ struct gc_pipe_operand {
     }
 };
 
+// gc_pipe_operand's copies for A read in place (RA) from float rows (gc_rows without u8): the matrix's
+// rows are the batch's, stored row r being source row idx[r] (the block's indices, staged in shared memory
+// by gc_gemm_block::stage_rows). ALONG (A transposed: x^T @ g): the rows are k, idx counting from the
+// split's first k (kb), x from x0 on; else the rows are x (the block's BM rows), each thread's few rows
+// looked up once (their pointers held), k contiguous. The same thread mapping and shared-memory places as
+// gc_pipe_operand's; only the source addresses differ.
+template <typename T, int BK, int X, int LD, int THREADS, bool ALONG, bool CK, bool CX>
+struct gc_pipe_rows {
+    typedef gc_pipe_operand<T, BK, X, LD, THREADS, ALONG, CK, CX> Plain;
+    static constexpr int W = Plain::W, ROW = Plain::ROW, DK = Plain::DK, R = Plain::R;
+    static constexpr int NR = ALONG ? 1 : X / R;   // the rows a thread copies (transposing copies)
+    const T* src;
+    const uint32_t* idx;
+    const T* row[NR];
+    long long ld;
+    int x0, kb, to, k1, x1, x_left;
+    bool vec;
+
+    __device__ __forceinline__ gc_pipe_rows(const T* source, const uint32_t* idx_, long long ld_, int x0_, int kb_,
+                                            int x_left_, bool vec_)
+        : src(source), idx(idx_), ld(ld_), x0(x0_), kb(kb_), x_left(x_left_), vec(ALONG && vec_) {
+        const int t = threadIdx.x;
+        if (vec) { k1 = t / ROW; x1 = t % ROW * W; }
+        else if (ALONG) { k1 = t / X; x1 = t % X; }
+        else { k1 = t % 8; x1 = t / 8; }
+        to = k1 * LD + x1;
+        if constexpr (!ALONG) {
+#pragma unroll
+            for (int j = 0; j < NR; j++) row[j] = src + (long long)idx[x1 + j * R] * ld + k1;
+        }
+    }
+
+    __device__ __forceinline__ void copy(T* s, int k0, int k_left) const {
+        T* d = s + to;
+        if (ALONG && vec) {
+#pragma unroll
+            for (int i = 0; i < BK / DK; i++) {
+                const int k = k1 + i * DK;
+                const bool live = (!CK || k < k_left) && (!CX || x1 < x_left);
+                gc_cp_async<16>(d + i * DK * LD, live ? src + (long long)idx[k0 - kb + k] * ld + x0 + x1 : src, live);
+            }
+        } else if (ALONG) {
+#pragma unroll 1
+            for (int i = 0; i < BK * X / THREADS; i++) {
+                const int dk = i * THREADS / X, dx = i * THREADS % X;
+                const bool live = (!CK || k1 + dk < k_left) && (!CX || x1 + dx < x_left);
+                gc_cp_async<sizeof(T)>(d + dk * LD + dx,
+                                       live ? src + (long long)idx[k0 - kb + k1 + dk] * ld + x0 + x1 + dx : src, live);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < BK * X / THREADS; i++) {
+                const int dk = i * R / X * 8, dx = i * R % X;
+                const bool live = (!CK || k1 + dk < k_left) && (!CX || x1 + dx < x_left);
+                gc_cp_async<sizeof(T)>(d + dk * LD + dx, row[dx / R] + k0 + dk, live);
+            }
+        }
+    }
+};
+
 // Shared memory of a pipelined tile: STAGES K steps of A (BK x (BM + 4)) and B (BK x (BN + 4)), k-major;
 // then the partial tiles (BM x BN): groups 1..KW-1's, and the split's sum.
 template <typename T, class Tile>
@@ -719,8 +779,9 @@ struct gc_pipe_smem {
 // computed, one barrier per step, no registers held for loads); each k's A and B fragments are read while
 // the previous k's FMAs run (two register sets). A warp takes a 4 x 8 patch of the thread grid: a k's
 // reads are 4 distinct vectors of A and 8 of B (ncu, b1000 x @ W1: 2.4 shared-memory wavefronts a read).
-// Split-K and the epilogue prefetch as gc_gemm_kernel's.
-template <typename T, bool TA, bool TB, class Tile, class Ep>
+// Split-K and the epilogue prefetch as gc_gemm_kernel's. RA: A is the image input read in place from float
+// rows (gc_pipe_rows; uint8 rows take gc_gemm_kernel).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA = false>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
 gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
@@ -744,11 +805,20 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     const T* __restrict__ A = p.A + g.b * p.sa;
     const T* __restrict__ B = p.B + g.b * p.sb;
     T* __restrict__ C = p.C + g.b * p.sc;
+    static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0 && sizeof(T) == 4), "gc_gemm: batch rows need a static shape");
+    __shared__ uint32_t ridx[RA ? Block::IDX : 1];   // RA: the row indices this block reads
+    if constexpr (RA) g.stage_rows(ridx, p.rows);
 
     // A's steps are (BK x BM) of A stored transposed (TA) or (BM x BK) of A; B's likewise.
     typedef gc_pipe_operand<T, BK, BM, LDA, THREADS, TA, !Block::EK, !Block::EM> OperandA;
     typedef gc_pipe_operand<T, BK, BN, LDB, THREADS, !TB, !Block::EK, !Block::EN> OperandB;
-    const OperandA oa(A + (TA ? g.m0 : (size_t)g.m0 * g.K), TA ? g.M : g.K, g.M - g.m0, g.va);
+    const auto oa = [&] {
+        if constexpr (RA)
+            return gc_pipe_rows<T, BK, BM, LDA, THREADS, TA, !Block::EK, !Block::EM>(
+                (const T*)p.rows.source, ridx, TA ? g.M : g.K, TA ? g.m0 : 0, g.k_begin, g.M - g.m0, g.va);
+        else
+            return OperandA(A + (TA ? g.m0 : (size_t)g.m0 * g.K), TA ? g.M : g.K, g.M - g.m0, g.va);
+    }();
     const OperandB ob(B + (TB ? (size_t)g.n0 * g.K : g.n0), TB ? g.K : g.N, g.N - g.n0, g.vb);
     auto load = [&](int buf, int kt) {   // K step kt into buffer buf
         const int k0 = g.k_begin + kt * BK;
@@ -839,6 +909,15 @@ static int gc_dynamic_smem_limit(size_t smem) {
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
 
+// The fp32 pipelined kernel's launch (its dynamic shared memory; a cluster for a split).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+static int gc_gemm_pipe_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
+    constexpr size_t smem = gc_pipe_smem<T, Tile>::bytes;
+    GC_TRY((gc_dynamic_smem_limit<gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep, RA>>(smem)));
+    return gc_launch_smem(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, smem, cluster,
+                          Tile::SPLIT > 1, p);
+}
+
 // The launch of both forms of A (RA: the image input in place, A = its source).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int N, int K, Ep ep, int batch,
@@ -868,11 +947,12 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     if constexpr (Tile::TF32 && Tile::STAGES > 0) {
         return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
     } else if constexpr (Tile::STAGES > 0 && !RA) {
-        constexpr size_t smem = gc_pipe_smem<T, Tile>::bytes;
-        GC_TRY((gc_dynamic_smem_limit<gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>>(smem)));
-        return gc_launch_smem(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep>, grid, Tile::THREADS, smem, &cluster, S > 1, p);
-    } else {   // (rows read in place: the fp32 pipelined tiles' sizes are the plain kernel's too, it reads them,
-               // with one K group)
+        return gc_gemm_pipe_launch<T, TA, TB, Tile, Ep, false>(grid, &cluster, p);
+    } else {
+        if constexpr (Tile::STAGES > 0)   // rows read in place from float rows: the pipelined kernel reads them
+            if (!rows.u8) return gc_gemm_pipe_launch<T, TA, TB, Tile, Ep, true>(grid, &cluster, p);
+        // (uint8 rows read in place: the fp32 pipelined tiles' sizes are the plain kernel's too, it reads
+        // them, with one K group)
         typedef gc_tile<Tile::BM, Tile::BN, Tile::BK, Tile::TM, Tile::TN, Tile::TF32, S, Tile::SM, Tile::SN, Tile::SK,
                         Tile::STAGES> Plain;
         if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Plain, Ep, RA>, grid, Plain::THREADS, p);

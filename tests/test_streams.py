@@ -155,3 +155,21 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
     assert "#define GC_NEXT_BATCH 0" in src.source and "gc_hook(hook" not in src.source
     assert "gc_run_train: this step runs no hook" in src.source
 
+
+def test_images_become_floats_where_a_pipelined_gemm_reads_them_in_place():
+    """GC_X_FLOAT (emit.rows_as_floats): the cuda trainer converts uint8 images to floats only where a GEMM
+    reading them in place has an fp32 pipelined tile (its kernel copies float rows; uint8 rows would take the
+    register-staged kernel); never on the cpu."""
+    from gcompile.gemm_tiles import Tile
+    from gcompile.passes.emit import rows_as_floats
+    for batch in (128, 1000):
+        for precision in ("fp32", "tf32"):
+            src = compile_program(mlp_program(batch), "cuda", precision=precision)
+            tiles = [Tile.parse(k.values["tile"])[0] for k in src.kernels["train"]
+                     if k.kind == "matmul" and k.values["rows"]]
+            pipelined = any(t.stages and not t.tf32 for t in tiles)
+            assert tiles and rows_as_floats(src.kernels["train"], "cuda") == pipelined
+            assert f"#define GC_X_FLOAT {int(pipelined)}" in src.source
+            assert not rows_as_floats(src.kernels["train"], "cpu")
+    assert "#define GC_X_FLOAT 1" in compile_program(mlp_program(1000), "cuda").source   # x @ W1's tile
+    assert "#define GC_X_FLOAT 0" in compile_program(mlp_program(1000), "cpu").source

@@ -14,6 +14,7 @@ import numpy as np
 from .. import __version__
 from ..resources import package_dir
 from ..graph import Node
+from ..gemm_tiles import Tile
 from .lower import C_TYPES, c_literal, overlap
 from .streams import assign_streams
 
@@ -169,6 +170,17 @@ def next_batch_hook(train: list, plan, module) -> dict | None:
     return {"after": max(touching), "mask": sum(1 << s for s in {train[i].values.get("stream", 0) for i in touching})}
 
 
+def rows_as_floats(kernels: list, target: str) -> bool:
+    """Whether the cuda trainer gives the steps its uint8 images as floats (GC_X_FLOAT; gc_main.h,
+    gc_split_as_floats): where a GEMM that reads them in place has an fp32 pipelined tile, whose kernel copies
+    float rows straight into shared memory while uint8 ones would take the register-staged kernel (the
+    tensor-core pipeline reads both; a chain's or post kernel's row loads convert as they read)."""
+    if target != "cuda":
+        return False
+    tiles = [Tile.parse(k.values["tile"])[0] for k in kernels if k.kind == "matmul" and k.values["rows"]]
+    return any(tile.stages and not tile.tf32 for tile in tiles)
+
+
 def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
     """The program's source and how many kernels parts it has (assign_parts). build_command: the compile
     commands the header shows, or a function of the number of kernels parts that gives them."""
@@ -231,6 +243,7 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         ("GC_BATCH", module.batch_size),
         ("GC_X_OFFSET", offset(trainer["x"]) if trainer else 0),
         ("GC_X_ROWS", int(bool(trainer) and plan.buffer_of(trainer["x"]).rows)),   # x's row indices at GC_X_OFFSET
+        ("GC_X_FLOAT", int(bool(trainer) and plan.buffer_of(trainer["x"]).rows and rows_as_floats(everything, target))),
         ("GC_Y_OFFSET", offset(trainer["y"]) if trainer else 0),
         ("GC_NEXT_BATCH", int(hook is not None)),   # the train step runs the trainer's next batch (gc_hook)
         ("GC_LOGITS_OFFSET", offset(trainer["logits"]) if trainer else 0),
