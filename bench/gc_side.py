@@ -145,6 +145,22 @@ def tuned_artifact(task: Task, target: str, precision: str, work_dir: Path):
     return artifact, f"tiles tuned ({path.name}: {len(record['kernels'])} GEMMs retiled)"
 
 
+def trainer_step(fields: dict, run: dict, steps: int) -> list:
+    """Make the row's step the trainer's: the binary's epochs (training seconds / steps: the batch's selection
+    from the shuffled dataset on the device included, as it is in every peer's step), median and min-max over
+    the epochs; the library's step (Model.time_steps: the same program on one batch already in its input
+    buffer) stays beside it as library_step_s. Returns the notes to add."""
+    per_step = [e["train_s"] / steps for e in run["epochs"]]
+    if not per_step:
+        return [f"the binary finished no epoch ({' / '.join(run['stdout_tail'])}): step = Model.time_steps"]
+    library = fields.pop("step_s")
+    fields.update(step_s=float(np.median(per_step)), p10_s=min(per_step), p90_s=max(per_step),
+                  library_step_s=library, library_p10_s=fields.pop("p10_s", None),
+                  library_p90_s=fields.pop("p90_s", None), trainer_epochs=len(per_step),
+                  timing="trainer: the binary's epochs, training seconds / steps (min-max over the epochs)")
+    return [f"library step {library * 1e6:.2f} us (Model.time_steps, one batch in its input buffer)"]
+
+
 def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Path, with_accuracy: bool) -> dict:
     """Build, check and time one task; with_accuracy also trains the binary to the task's target."""
     name = task.model
@@ -164,7 +180,7 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
         notes += [note] if note else []
         if hasattr(model, "time_steps"):
             fields.update(time_windows(lambda n: model.time_steps(n), settings))
-            fields["timing"] = "Model.time_steps (device-timed replay of the trainer's step)"
+            fields["timing"] = "Model.time_steps (the library's step on one batch, replayed in graphs as the trainer replays its steps)"
     if tuned is not None:   # the row is the tuned build's; the default tiles' time stays beside it
         with gc.load(tuned) as model:
             note = check_loss(model.train_step(xb, yb), task.reference_loss, precision)
@@ -173,7 +189,7 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
             fields.update(time_windows(lambda n: model.time_steps(n), settings),
                           untuned_step_s=untuned.get("step_s"))
             if untuned.get("step_s"):
-                notes.append(f"default tiles {untuned['step_s'] * 1e6:.2f} us")
+                notes.append(f"default tiles {untuned['step_s'] * 1e6:.2f} us (library step)")
         artifact = tuned
     if "step_s" not in fields:  # the timing ABI is not in this tree: fall back to the binary's epoch log
         run = run_binary(artifact, task.data.path, 2 if settings.quick else 3, task.batch, len(task.data.train_y),
@@ -189,6 +205,11 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
         run = run_binary(artifact, task.data.path, settings.max_epochs, task.batch, len(task.data.train_y),
                          task.target, timeout=120)
         fields.update(accuracy_fields(run, task.target), binary_run=run)
+    elif fields.get("timing", "").startswith("Model.time_steps"):
+        run = run_binary(artifact, task.data.path, 2 if settings.quick else 3, task.batch, len(task.data.train_y),
+                         None, timeout=120)
+    if fields.get("timing", "").startswith("Model.time_steps"):
+        notes += trainer_step(fields, run, len(task.data.train_y) // task.batch)
     if fields.get("kernels") is None:
         notes.append("manifest has no 'kernels'")
     return row(task.section, name, task.batch, "gcompile", note="; ".join(notes), **fields)

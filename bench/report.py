@@ -101,9 +101,12 @@ def format_table(rows: list) -> str:
 
 
 LEGEND = """\
-step us: per-step time (forward + backward + update; eltwise: one evaluation), median over timed windows
-  after warm-up, p10-p90 their spread; gcompile's with the GEMM tiles of its tuning record (bench/tuned/, make
-  tune) where one was measured on this GPU, the default tiles' time in the note. peer/gc: this row's step / gcompile fp32 step (> 1: gcompile faster).
+step us: per-step time (forward + backward + update, the batch's selection from the shuffled dataset on the
+  device included; eltwise: one evaluation), median over timed windows after warm-up, p10-p90 their spread.
+  gcompile's: its trainer's (the binary's epochs: training seconds / steps, min-max over the epochs), with
+  the GEMM tiles of its tuning record (bench/tuned/, make tune) where one was measured on this GPU; the
+  library's step on one batch in its input buffer (Model.time_steps) and the default tiles' in the note.
+  peer/gc: this row's step / gcompile fp32 step (> 1: gcompile faster).
 to-acc s: training-loop seconds until validation accuracy >= target (MLP 0.97, logreg 0.92; batch 128,
   lr 0.1, shuffled, plain SGD), checked after every epoch; evaluation time excluded for every impl.
 start->acc s: gcompile binary, process start to the epoch line that reaches the target.

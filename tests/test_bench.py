@@ -290,3 +290,19 @@ def test_timeline_refuses_records_that_are_not_whole_steps():
         tl.steps_of(tl.kernel_events(fake_trace(4)), 2)
     with pytest.raises(ValueError, match="kernel records for steps of 3"):
         tl.steps_of(tl.kernel_events(fake_trace(1, per_step=2)), 3)
+
+
+def test_gcompile_step_is_the_trainers():
+    """The gcompile row's step is its trainer's (the binary's epochs: training seconds / steps, the batch's
+    selection included as in the peers' steps); the library's Model.time_steps figure stays beside it."""
+    from bench.gc_side import trainer_step
+    fields = {"step_s": 20e-6, "p10_s": 19e-6, "p90_s": 21e-6, "timing": "Model.time_steps (...)"}
+    run = {"epochs": [{"train_s": 390 * t} for t in (25e-6, 24e-6, 26e-6)], "stdout_tail": []}
+    notes = trainer_step(fields, run, 390)
+    assert abs(fields["step_s"] - 25e-6) < 1e-12 and abs(fields["p10_s"] - 24e-6) < 1e-12
+    assert abs(fields["p90_s"] - 26e-6) < 1e-12 and fields["trainer_epochs"] == 3
+    assert fields["library_step_s"] == 20e-6 and fields["library_p10_s"] == 19e-6
+    assert fields["timing"].startswith("trainer") and "library step 20.00 us" in notes[0]
+    fields = {"step_s": 20e-6, "p10_s": 19e-6, "p90_s": 21e-6}
+    notes = trainer_step(fields, {"epochs": [], "stdout_tail": ["boom"]}, 390)
+    assert fields["step_s"] == 20e-6 and "finished no epoch (boom)" in notes[0]
