@@ -228,10 +228,11 @@ def candidates(m: int, n: int, k: int, precision: str, batch: int = 1, pipelined
 
 
 def rows_fit(tile: Tile, split: int, rows: bool) -> bool:
-    """Whether the trainer's launches of a GEMM that reads the image input in place can run this tile: fp32
-    tiles then run in the register-staged kernel with the tile's sizes (one K group, two shared-memory
-    buffers of 48 KB at most)."""
-    return not rows or bool(tile.tf32) or replace(tile, stages=0, kw=1).smem_bytes(split) <= SMEM_LIMIT
+    """Whether the trainer's launches of a GEMM that reads the image input in place can run this tile: the
+    pipelined ones read the rows themselves (fp32: float rows, which the trainer gives them, GC_X_FLOAT; tf32:
+    uint8 or float), register-staged fp32 tiles through their row loader (two shared-memory buffers of 48 KB
+    at most, the row indices beside them)."""
+    return not rows or bool(tile.tf32) or bool(tile.stages) or tile.smem_bytes(split) <= SMEM_LIMIT
 
 
 def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, batch: int = 1,
@@ -285,12 +286,10 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
     """C text of the tile type for C (m, n) = op(A) (m, k) @ op(B) (k, n), `batch` times, of `dtype` elements.
 
     precision "tf32" picks a tensor-core tile (float GEMMs only; the caller passes "fp32" for others).
-    rows: A is the image input read in place (plan_memory.batch_rows). The trainer's launches of it run
-    fp32 tiles in the register-staged kernel with the tile's sizes (its row loader), so LARGE_TILE, whose
-    pipeline that kernel cannot hold, is not given to it; the small pipelined tiles are (the library's
-    launches, a plain matrix, run them pipelined). tf32 pipelined tiles read the rows themselves
-    (gc_gemm_tc_kernel); TC_LARGE_TILE is not given either (the block's row indices sit in its shared memory,
-    with TA as many as K: the large sizes are not bounded)."""
+    rows: A is the image input read in place (plan_memory.batch_rows). Pipelined tiles read the rows
+    themselves (fp32: gc_pipe_rows, from the float rows the trainer gives them; tf32: gc_gemm_tc_kernel),
+    register-staged ones through their row loader; LARGE_TILE and TC_LARGE_TILE are not given to it (the
+    block's row indices sit in its shared memory, with TA as many as K: the large sizes are not bounded)."""
     check_precision(precision)
     if min(m, n, k, batch) < 0:
         raise GCompileError(f"choose_tile: negative size m={m} n={n} k={k} batch={batch}")

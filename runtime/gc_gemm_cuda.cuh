@@ -780,7 +780,7 @@ struct gc_pipe_smem {
 // the previous k's FMAs run (two register sets). A warp takes a 4 x 8 patch of the thread grid: a k's
 // reads are 4 distinct vectors of A and 8 of B (ncu, b1000 x @ W1: 2.4 shared-memory wavefronts a read).
 // Split-K and the epilogue prefetch as gc_gemm_kernel's. RA: A is the image input read in place from float
-// rows (gc_pipe_rows; uint8 rows take gc_gemm_kernel).
+// rows (gc_pipe_rows; cp.async copies, it does not convert uint8 ones: the trainer gives such GEMMs floats).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA = false>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
 gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
@@ -946,17 +946,15 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     cluster.val.clusterDim.z = S;
     if constexpr (Tile::TF32 && Tile::STAGES > 0) {
         return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
-    } else if constexpr (Tile::STAGES > 0 && !RA) {
-        return gc_gemm_pipe_launch<T, TA, TB, Tile, Ep, false>(grid, &cluster, p);
+    } else if constexpr (Tile::STAGES > 0) {   // rows read in place (RA): float rows only (gc_pipe_rows)
+        if (RA && rows.u8)
+            return gc_fail(GC_ERR_ARG, "gc_gemm: a pipelined fp32 tile reads the image input in place from float "
+                           "rows only, and these are uint8 (the trainer converts them where such a tile reads "
+                           "them: GC_X_FLOAT)");
+        return gc_gemm_pipe_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
     } else {
-        if constexpr (Tile::STAGES > 0)   // rows read in place from float rows: the pipelined kernel reads them
-            if (!rows.u8) return gc_gemm_pipe_launch<T, TA, TB, Tile, Ep, true>(grid, &cluster, p);
-        // (uint8 rows read in place: the fp32 pipelined tiles' sizes are the plain kernel's too, it reads
-        // them, with one K group)
-        typedef gc_tile<Tile::BM, Tile::BN, Tile::BK, Tile::TM, Tile::TN, Tile::TF32, S, Tile::SM, Tile::SN, Tile::SK,
-                        Tile::STAGES> Plain;
-        if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Plain, Ep, RA>, grid, Plain::THREADS, p);
-        return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Plain, Ep, RA>, grid, Plain::THREADS, &cluster, 1, p);
+        if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);
+        return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, &cluster, 1, p);
     }
 }
 

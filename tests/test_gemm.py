@@ -14,8 +14,8 @@ import pytest
 
 from gcompile.build import compile_flags
 from gcompile.errors import GCompileError
-from gcompile.gemm_tiles import (LARGE_TILE, TC_LARGE_TILE, TILES, calibration, candidates, choose_tile, cost, is_large,
-                                  tile_by_name)
+from gcompile.gemm_tiles import (LARGE_TILE, TC_LARGE_TILE, TILES, Tile, calibration, candidates, choose_tile, cost,
+                                  is_large, tile_by_name)
 from gcompile.resources import package_dir
 import gemm_harness as H
 
@@ -102,17 +102,33 @@ def cases() -> list[H.Case]:
             ]
     out += [
         # K groups: batches with gaps and odd rows, A unaligned, K = 0, float64, the image input read in place
-        # (the trainer's launches: the register-staged kernel with the tile's sizes, one group)
+        # (from float rows: the pipelined kernel reads them, gc_pipe_rows)
         C("float32", False, True, "gc_tile<32, 32, 16, 4, 4, 0, 1, 0, 0, 0, 4, 2>", 33, 20, 17, batch=3,
           sa=33 * 17 + 3, sb=20 * 17, sc=33 * 20 + 4, ep=True),
         C("float32", True, False, "gc_tile<64, 64, 16, 8, 4, 0, 2, 0, 0, 0, 4, 2>", 130, 132, 36, shift=1),
         C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 0, 0, 0, 4, 2>", 5, 7, 0, ep=True),
         C("float64", True, True, "gc_tile<64, 64, 16, 4, 4, 0, 2, 0, 0, 0, 3, 2>", 45, 138, 77, ep=True),
         C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 36, 300, 4, 2>", 100, 36, 300, ep=True,
-          rows="u8", index=True),
-        C("float32", True, False, "gc_tile<64, 64, 16, 8, 4, 0, 2, 304, 64, 128, 4, 2>", 304, 64, 128, rows="u8",
+          rows="f32", index=True),
+        C("float32", True, False, "gc_tile<64, 64, 16, 8, 4, 0, 2, 304, 64, 128, 4, 2>", 304, 64, 128, rows="f32",
           index=True),
     ]
+    # the pipelined kernel reading the image input in place from float rows (gc_pipe_rows): both layouts of
+    # A (its rows are M, or K with TA: a row per K step's copy), indexed or in order, overhangs, split-K, the
+    # epilogue, short odd-sized ones
+    for ta in (False, True):
+        for index in (True, False):
+            out += [
+                C("float32", ta, False, "gc_tile<32, 32, 16, 4, 4, 0, 8, 128, 256, 784, 4>", 128, 256, 784,
+                  ep=True, rows="f32", index=index),
+                C("float32", ta, True, "gc_tile<64, 64, 32, 8, 4, 0, 2, 100, 36, 1000, 3, 2>", 100, 36, 1000,
+                  ep=True, rows="f32", index=index),
+                C("float32", ta, False, "gc_tile<64, 16, 16, 4, 4, 0, 4, 72, 40, 300, 4>", 72, 40, 300,
+                  rows="f32", index=index),
+            ]
+        m, k = (36, 29) if ta else (37, 28)   # the stored rows' length (K, or M with TA) a multiple of 4
+        out.append(C("float32", ta, False, f"gc_tile<64, 64, 16, 8, 4, 0, 1, {m}, 53, {k}, 4>", m, 53, k,
+                     rows="f32"))
     out += [
         # batches with gaps and odd rows, A unaligned, K = 0, split 8 whose last slices are empty
         C("float32", False, True, "gc_tile<64, 64, 32, 32, 32, 1, 1, 0, 0, 0, 4>", 33, 20, 17, batch=3,
@@ -146,11 +162,13 @@ def cases() -> list[H.Case]:
                 ]
             out.append(C("float32", ta, tb, "gc_tile<64, 64, 32, 32, 32, 1, 1, 112, 72, 304, 3>", 112, 72, 304,
                          tf32=True, rows="u8", shift=4))
-    for precision in ("fp32", "tf32"):   # the MLP's GEMMs as the trainer runs them: uint8 rows by index
+    for precision in ("fp32", "tf32"):   # the MLP's GEMMs as the trainer runs them: rows by index, float ones
         for m, n, k, ta in ((1000, 256, 784, False), (784, 256, 1000, True), (128, 256, 784, False),
-                            (784, 256, 128, True)):
-            out.append(C("float32", ta, False, choose_tile(m, n, k, ta, False, precision, rows=True), m, n, k,
-                         ep=not ta, tf32=precision == "tf32", rows="u8"))
+                            (784, 256, 128, True)):   # for a pipelined fp32 tile (GC_X_FLOAT), else uint8
+            tile = choose_tile(m, n, k, ta, False, precision, rows=True)
+            floats = precision == "fp32" and Tile.parse(tile)[0].stages > 0
+            out.append(C("float32", ta, False, tile, m, n, k, ep=not ta, tf32=precision == "tf32",
+                         rows="f32" if floats else "u8"))
     for precision in ("fp32", "tf32"):   # the MLP's GEMMs with the tiles the heuristic gives them
         for m, n, k, ta, tb in mlp_gemms(128) + [(1000, 256, 784, False, False), (784, 256, 1000, True, False)]:
             out.append(C("float32", ta, tb, choose_tile(m, n, k, ta, tb, precision), m, n, k,
