@@ -3,9 +3,9 @@
     python3 -m bench.tune [--data DIR] [--only mnist_mlp:128:fp32,...] [--out bench/tuned]
 
 For each model, batch and precision the benchmark runs (logreg and the MLP at batch 128 and 1000, fp32 and
-tf32), gc.tune times the training step's GEMM tiles on this GPU with the benchmark's program (lr 0.1) and
-its first batch (the time of a step depends on the data: random labels made logreg's step 20% slower), and
-writes <model>_b<batch>_<precision>.json. A record holds the GPU it was measured on; the benchmark uses it
+tf32), gc.tune times the training step's GEMM tiles on this GPU with the benchmark's program (lr 0.1): the
+trainer's steps on the dataset (the binary's epochs, the step the benchmark reports), its first batch for
+the check of each candidate's update, and writes <model>_b<batch>_<precision>.json. A record holds the GPU it was measured on; the benchmark uses it
 only on a GPU of that name (gcompile/tune.py).
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for model, batch, precision in configs:
         task = Task(model, batch, make_program(load_example(model), batch, LR), data, "mnist", TARGETS[model])
-        record = tune(task.program, name=model, precision=precision, inputs=task.batch0(),
+        record = tune(task.program, name=model, precision=precision, inputs=task.batch0(), data=data.path, windows=3,
                       log=lambda line: print(line, flush=True))
         record.update(batch_size=batch, lr=LR)
         path = record_path(model, batch, precision, out)

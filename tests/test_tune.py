@@ -153,3 +153,20 @@ def test_gpu_name_asks_for_the_first_visible_device(tmp_path, monkeypatch):
     assert gpu_name() == "GPU 3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5d3c,GPU-aa")
     assert gpu_name() == "GPU GPU-5d3c"
+
+
+def test_trainer_step_us_reads_the_binarys_epochs(tmp_path):
+    """tune(data=...) times the trainer: the binary's epoch lines (examples/s) after the first, as
+    microseconds a step; a binary that prints none (or fails) is an error naming it and its last lines."""
+    from gcompile.tune import trainer_step_us
+    fake = tmp_path / "model"
+    fake.write_text("#!/bin/sh\n"
+                    "echo 'training model: 100 examples, batch 4, 25 steps per epoch, cuda, CUDA graphs'\n"
+                    "echo 'epoch 1/3  loss 1.0 (mean 1.0)  val_acc 0.5000  1000 examples/s  0.1 s'\n"
+                    "echo 'epoch 2/3  loss 1.0 (mean 1.0)  val_acc 0.5000  200000 examples/s  0.1 s'\n"
+                    "echo 'epoch 3/3  loss 1.0 (mean 1.0)  val_acc 0.5000  400000 examples/s  0.1 s'\n")
+    fake.chmod(0o755)
+    assert trainer_step_us(str(fake), str(tmp_path), 4) == [20.0, 10.0]
+    fake.write_text("#!/bin/sh\necho 'error: no dataset here' >&2\nexit 2\n")
+    with pytest.raises(gc.GCompileError, match=r"model train --data .* gave no epoch times \(exit 2\): error: no "):
+        trainer_step_us(str(fake), str(tmp_path), 4)

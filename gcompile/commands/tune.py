@@ -19,6 +19,9 @@ def add_arguments(parser) -> None:
                         help="the precision the record is for (default fp32)")
     parser.add_argument("--arch", default=None, help="CUDA architectures, as for gcompile build (default: the GPU's)")
     parser.add_argument("--count", type=positive_int, default=8, help="alternative tiles tried per GEMM (default 8)")
+    parser.add_argument("--data", default=None, metavar="DIR",
+                        help="time the trainer's steps on this dataset (the binary's epochs, the batch read from "
+                             "the dataset as training does) instead of the library's on one batch")
 
 
 def run(args) -> int:
@@ -28,7 +31,8 @@ def run(args) -> int:
     if out.exists() and out.is_dir():
         raise GCompileError(f"{out}: is a folder; -o names the record file to write")
     program = load_program(args.model, args.batch_size, parse_settings(args.set))
-    record = tune(program, name=program.name, precision=args.precision, arch=args.arch, count=args.count)
+    record = tune(program, name=program.name, precision=args.precision, arch=args.arch, count=args.count,
+                  data=args.data)
     record["model_file"] = os.path.relpath(args.model)
     record["batch_size"] = args.batch_size
     write_record(record, out)
