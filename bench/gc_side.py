@@ -201,14 +201,15 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
         fields.update(step_s=float(np.median(per_step)), p10_s=min(per_step), p90_s=max(per_step),
                       windows=len(per_step), timing="binary epoch log (train seconds / steps)")
         notes.append("no Model.time_steps: step = binary's epoch train time / steps")
+    library_timed = fields.get("timing", "").startswith("Model.time_steps")   # else the binary's epochs, above
     if with_accuracy and task.target is not None:
         run = run_binary(artifact, task.data.path, settings.max_epochs, task.batch, len(task.data.train_y),
                          task.target, timeout=120)
         fields.update(accuracy_fields(run, task.target), binary_run=run)
-    elif fields.get("timing", "").startswith("Model.time_steps"):
+    elif library_timed:
         run = run_binary(artifact, task.data.path, 2 if settings.quick else 3, task.batch, len(task.data.train_y),
                          None, timeout=120)
-    if fields.get("timing", "").startswith("Model.time_steps"):
+    if library_timed:
         notes += trainer_step(fields, run, len(task.data.train_y) // task.batch)
     if fields.get("kernels") is None:
         notes.append("manifest has no 'kernels'")

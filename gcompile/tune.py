@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import statistics
 import tempfile
 import time
@@ -106,17 +105,18 @@ def gemm_sites(compiled) -> list[dict]:
     return out
 
 
-EPOCH_RATE = re.compile(r"^epoch\s+(\d+)/\d+.*?\s(\d+) examples/s", re.M)
-
-
 def trainer_step_us(binary: str, data: str, batch: int, epochs: int = 3) -> list[float]:
     """Microseconds a step of the standalone trainer (`binary train --data DIR`), one figure per epoch after
-    the first: its training loop selects each batch from the shuffled dataset on the device, which the
-    library's Model.time_steps (one batch already in its input buffer) leaves out."""
+    the first, from its log (`--log`: examples_per_s): its training loop selects each batch from the
+    shuffled dataset on the device, which the library's Model.time_steps (one batch already in its input
+    buffer) leaves out."""
     import subprocess
-    run = subprocess.run([binary, "train", "--data", data, "--epochs", str(epochs)], capture_output=True,
-                         text=True, timeout=600)
-    rates = [int(r) for e, r in EPOCH_RATE.findall(run.stdout) if int(e) > 1]
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "train.jsonl"
+        run = subprocess.run([binary, "train", "--data", data, "--epochs", str(epochs), "--log", str(log)],
+                             capture_output=True, text=True, timeout=600)
+        entries = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+    rates = [e["examples_per_s"] for e in entries if "val_acc" in e and e["epoch"] > 1]
     if run.returncode or not rates:
         tail = " / ".join((run.stdout + run.stderr).strip().splitlines()[-3:])
         raise GCompileError(f"tune: {Path(binary).name} train --data {data} gave no epoch times "
@@ -155,15 +155,11 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="gcompile-tune-"))
     built = {}
 
-    binaries = {}
-
     def model_for(tiles: dict):
         key = json.dumps(sorted(tiles.items()))
         if key not in built:
             cs = compile_program(program, "cuda", name, precision=precision, build_command=command, tiles=tiles)
-            art = build(cs, root / f"c{len(built)}", arch)
-            built[key] = load(art)
-            binaries[id(built[key])] = art.binary
+            built[key] = load(build(cs, root / f"c{len(built)}", arch))
         return built[key]
 
     def update_of(model):
@@ -179,7 +175,7 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
         if data is not None:
             for _ in range(windows):
                 for i, m in enumerate(models):
-                    times[i] += trainer_step_us(binaries[id(m)], str(data), m.manifest["batch_size"])
+                    times[i] += trainer_step_us(m.manifest["artifact"]["binary"], str(data), m.manifest["batch_size"])
             return [statistics.median(t) for t in times]
         for m in models:
             m.time_steps(n)
@@ -265,7 +261,6 @@ def sample_inputs(specs) -> list[np.ndarray]:
 def gpu_name() -> str | None:
     """The GPU's name (nvidia-smi), for the record: of the first device CUDA_VISIBLE_DEVICES lets the
     program see (an index or a UUID, as nvidia-smi -i takes them), else of device 0."""
-    import os
     import shutil
     import subprocess
     if shutil.which("nvidia-smi") is None:

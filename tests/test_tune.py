@@ -156,15 +156,16 @@ def test_gpu_name_asks_for_the_first_visible_device(tmp_path, monkeypatch):
 
 
 def test_trainer_step_us_reads_the_binarys_epochs(tmp_path):
-    """tune(data=...) times the trainer: the binary's epoch lines (examples/s) after the first, as
-    microseconds a step; a binary that prints none (or fails) is an error naming it and its last lines."""
+    """tune(data=...) times the trainer: the binary's epochs after the first (its --log: examples_per_s), as
+    microseconds a step; a binary that logs none (or fails) is an error naming it and its last lines."""
     from gcompile.tune import trainer_step_us
     fake = tmp_path / "model"
     fake.write_text("#!/bin/sh\n"
+                    "while [ $# -gt 0 ]; do [ \"$1\" = --log ] && log=$2; shift; done\n"
                     "echo 'training model: 100 examples, batch 4, 25 steps per epoch, cuda, CUDA graphs'\n"
-                    "echo 'epoch 1/3  loss 1.0 (mean 1.0)  val_acc 0.5000  1000 examples/s  0.1 s'\n"
-                    "echo 'epoch 2/3  loss 1.0 (mean 1.0)  val_acc 0.5000  200000 examples/s  0.1 s'\n"
-                    "echo 'epoch 3/3  loss 1.0 (mean 1.0)  val_acc 0.5000  400000 examples/s  0.1 s'\n")
+                    "for e in '1 1000' '2 200000' '3 400000'; do set -- $e\n"
+                    "  echo \"{\\\"epoch\\\": $1, \\\"val_acc\\\": 0.5, \\\"examples_per_s\\\": $2}\" >> \"$log\"\n"
+                    "done\n")
     fake.chmod(0o755)
     assert trainer_step_us(str(fake), str(tmp_path), 4) == [20.0, 10.0]
     fake.write_text("#!/bin/sh\necho 'error: no dataset here' >&2\nexit 2\n")

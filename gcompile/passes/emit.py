@@ -173,8 +173,8 @@ def next_batch_hook(train: list, plan, module) -> dict | None:
 def rows_as_floats(kernels: list, target: str) -> bool:
     """Whether the cuda trainer gives the steps its uint8 images as floats (GC_X_FLOAT; gc_main.h,
     gc_split_as_floats): where a GEMM that reads them in place has an fp32 pipelined tile, whose kernel copies
-    float rows straight into shared memory while uint8 ones would take the register-staged kernel (the
-    tensor-core pipeline reads both; a chain's or post kernel's row loads convert as they read)."""
+    float rows straight into shared memory and refuses uint8 ones (the tensor-core pipeline reads both; the
+    register-staged kernel's and a chain's or post kernel's row loads convert as they read)."""
     if target != "cuda":
         return False
     tiles = [Tile.parse(k.values["tile"])[0] for k in kernels if k.kind == "matmul" and k.values["rows"]]
@@ -230,6 +230,7 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         row["name"] = name
 
     trainer = module.trainer
+    x_rows = bool(trainer) and plan.buffer_of(trainer["x"]).rows
     defines = [
         ("GC_PROGRAM_NAME", json.dumps(module.name)),
         ("GC_SOURCE_NAME", json.dumps(module.source)),
@@ -242,8 +243,8 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         ("GC_HAS_TRAINER", int(trainer is not None)),
         ("GC_BATCH", module.batch_size),
         ("GC_X_OFFSET", offset(trainer["x"]) if trainer else 0),
-        ("GC_X_ROWS", int(bool(trainer) and plan.buffer_of(trainer["x"]).rows)),   # x's row indices at GC_X_OFFSET
-        ("GC_X_FLOAT", int(bool(trainer) and plan.buffer_of(trainer["x"]).rows and rows_as_floats(everything, target))),
+        ("GC_X_ROWS", int(x_rows)),   # x's row indices at GC_X_OFFSET
+        ("GC_X_FLOAT", int(x_rows and rows_as_floats(everything, target))),
         ("GC_Y_OFFSET", offset(trainer["y"]) if trainer else 0),
         ("GC_NEXT_BATCH", int(hook is not None)),   # the train step runs the trainer's next batch (gc_hook)
         ("GC_LOGITS_OFFSET", offset(trainer["logits"]) if trainer else 0),
