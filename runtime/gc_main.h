@@ -282,21 +282,26 @@ typedef struct {
 } gc_loop;
 
 // Gather a batch into the image and label placeholders' buffers, which both steps read (see gc_gather); or,
-// where the GEMMs read x in place (GC_X_ROWS), write the batch's row indices into the dataset (into half
-// `half` of x's row slot: the step's, or the next step's while this one runs) and its labels (gc_batch_rows),
-// the split with those indices being the steps' batch input (gc_batch_input, set by gc_batch_from as the
-// steps are enqueued: launched, or captured into the split's graph).
+// where the GEMMs read x in place (GC_X_ROWS), into half `half` of x's slot (the step's, or the next step's
+// while this one runs): the batch's values (GC_X_GATHERED, gc_gather) or its row indices into the dataset
+// (gc_batch_rows), and its labels; that half (rows 0..batch-1), or the split with those indices, is the
+// steps' batch input (gc_batch_input, set by gc_batch_from as the steps are enqueued: launched, or captured
+// into the split's graph).
 static uint32_t* gc_rows_half(unsigned char* A, int64_t half) { return (uint32_t*)(A + GC_X_OFFSET) + (half % 2) * GC_BATCH; }
+static float* gc_values_half(unsigned char* A, int64_t half) {
+    return (float*)(A + GC_X_OFFSET) + (half % 2) * (int64_t)GC_BATCH * GC_ROW;
+}
 static void gc_batch_from(const gc_split* s, double scale, unsigned char* A, int64_t half) {
     gc_rows in = {s->images_dev, gc_rows_half(A, half), (float)scale, s->images.dtype == GC_U8};
-    *gc_batch_input() = in;
+    gc_rows values = {gc_values_half(A, half), NULL, 1.0f, 0};
+    *gc_batch_input() = GC_X_GATHERED ? values : in;
 }
 static int gc_gather_batch(const gc_split* s, const gc_cursor* cursor, int64_t first, int count, double scale,
                            unsigned char* A, double* sums, int64_t half = 0) {
-    float* x = (float*)(A + GC_X_OFFSET);
+    float* x = GC_X_GATHERED ? gc_values_half(A, half) : (float*)(A + GC_X_OFFSET);
     int32_t* y = (int32_t*)(A + GC_Y_OFFSET);
     const float* loss = (const float*)(A + GC_LOSS_OFFSET);
-    if (GC_X_ROWS)
+    if (GC_X_ROWS && !GC_X_GATHERED)
         return gc_batch_rows(s->images_dev, GC_ROW * gc_dtype_sizes[s->images.dtype], s->labels_dev, cursor, first, count,
                              gc_rows_half(A, half), y, GC_BATCH, loss, sums);
     if (s->images.dtype == GC_U8)
@@ -307,7 +312,7 @@ static int gc_gather_batch(const gc_split* s, const gc_cursor* cursor, int64_t f
 }
 
 // Step j's hook (GC_NEXT_BATCH: gc_run_train runs it beside its kernels after the last that reads the
-// labels or writes the loss): step j + 1's row indices (the other half) and labels, and step j's loss.
+// labels or writes the loss): step j + 1's rows (the other half) and labels, and step j's loss.
 typedef struct {
     gc_loop* L;
     int64_t j;

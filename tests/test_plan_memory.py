@@ -246,16 +246,27 @@ def test_checker_catches_other_faults(fault):
 
 
 def test_image_input_read_in_place_only_where_every_reader_is_a_gemms_a_operand():
-    """The MLP's x is read only as the A operand of x @ W1 (train and eval) and x^T @ dh1: its buffer holds a
-    uint32 row index per batch row, and those three GEMMs read the steps' batch input. A program that also
-    reads x elsewhere, or whose rows are no multiple of 4 elements, keeps x's values in the arena. The slot holds
-    two sets of indices: the step's, and the next step's that the trainer writes while the step runs."""
+    """The MLP's x is read only as the A operand of x @ W1 (train and eval) and x^T @ dh1: those three GEMMs
+    read the steps' batch input. Its slot holds two batches (the step's, and the next step's that the trainer
+    writes while the step runs): of row indices into the dataset (a uint32 a row), or, where two batches of
+    x's values take at most GATHERED_MAX bytes, of the gathered values. A program that also reads x
+    elsewhere, or whose rows are no multiple of 4 elements, keeps x's values in the arena."""
     from gcompile.pipeline import compile_program
+    from gcompile.passes.plan_memory import GATHERED_MAX
+    src = compile_program(mlp_program(1000), target="cpu")
+    x = src.module.trainer["x"]
+    assert 2 * x.nbytes > GATHERED_MAX
+    assert src.plan.buffer_of(x).rows and src.plan.buffer_of(x).needed == 2 * 4 * 1000 < x.nbytes
+    assert "x: no buffer of its values" in src.stages["plan_memory"]
+    assert "#define GC_X_ROWS 1" in src.source and "#define GC_X_GATHERED 0" in src.source
+    assert src.source.count("*gc_batch_input(),") == 3
     src = compile_program(mlp_program(128), target="cpu")
     x = src.module.trainer["x"]
-    assert src.plan.buffer_of(x).rows and src.plan.buffer_of(x).size == 2 * 4 * 128 < x.nbytes
-    assert "x: no buffer of its values" in src.stages["plan_memory"]
-    assert "#define GC_X_ROWS 1" in src.source and src.source.count("*gc_batch_input(),") == 3
+    assert 2 * x.nbytes <= GATHERED_MAX
+    assert src.plan.buffer_of(x).rows and src.plan.buffer_of(x).needed == 2 * x.nbytes
+    assert "two batches of its values" in src.stages["plan_memory"]
+    assert "#define GC_X_ROWS 1" in src.source and "#define GC_X_GATHERED 1" in src.source
+    assert src.source.count("*gc_batch_input(),") == 3
 
     def logreg(row, scaled):
         x = gc.placeholder("x", (8, row))

@@ -64,6 +64,35 @@ def test_a_diamond_runs_its_two_middle_kernels_on_two_streams():
     assert 1 not in happens_before(ks)[2]
 
 
+def test_the_stream_goes_on_with_the_heir_of_a_fork():
+    """Of a kernel's successors the one with the most GEMM work on its path to the step's end continues its
+    stream (launched programmatically right after it); the others wait for an event on streams of their own.
+    A chain's post kernel is always the chain's heir."""
+    def gemm(m, n, k, reads, writes, kind="matmul"):
+        g = Kernel(kind, "k", "", reads=list(reads), writes=list(writes))
+        g.values.update(m=m, n=n, k=k) if kind == "matmul" else g.values.update(
+            stages=[{"gemm": True, "m": m, "n": n, "k": k}])
+        return g
+    ks = [kernel(writes=[(0, 10)]),                                 # 0 writes A
+          gemm(8, 8, 8, [(0, 10)], [(10, 20)]),                     # 1: small, first in schedule order
+          gemm(64, 64, 64, [(0, 10)], [(20, 30)])]                  # 2: the large one
+    assert assign_streams(ks) == 2
+    assert ks[2].values["stream"] == ks[0].values["stream"] == 0 and ks[2].values["waits"] == []
+    assert ks[1].values["stream"] == 1 and ks[1].values["waits"] == [ks[0].values["record"]]
+    assert_ordered(ks)
+    ks = [kernel(writes=[(0, 10)]),
+          gemm(8, 8, 8, [(0, 10)], [(10, 20)], kind="post"),
+          gemm(64, 64, 64, [(0, 10)], [(20, 30)])]
+    assert assign_streams(ks) == 2
+    assert ks[1].values["stream"] == 0 and ks[2].values["stream"] == 1
+    assert_ordered(ks)
+    src = compile_program(mlp_program(1000), "cuda")   # dW1 = x^T dh1 (the largest GEMM) after the chain
+    train = src.kernels["train"]
+    chain = next(j for j, k in enumerate(train) if k.kind == "chain")
+    heir = max((k for k in train[chain + 1:]), key=lambda k: k.values.get("m", 0) * k.values.get("k", 0))
+    assert heir.values["rows"] and heir.values["m"] == 784 and heir.values["stream"] == train[chain].values["stream"]
+
+
 def test_a_chain_stays_on_one_stream():
     ks = [kernel(reads=[(i, i + 1)], writes=[(i + 1, i + 2)]) for i in range(6)]
     assert assign_streams(ks) == 1
@@ -158,18 +187,22 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
 
 def test_images_become_floats_where_a_pipelined_gemm_reads_them_in_place():
     """GC_X_FLOAT (emit.rows_as_floats): the cuda trainer converts uint8 images to floats only where a GEMM
-    reading them in place has an fp32 pipelined tile (its kernel copies float rows; uint8 rows would take the
-    register-staged kernel); never on the cpu."""
+    reading them in place through row indices has an fp32 pipelined tile (its kernel copies float rows; uint8
+    rows would take the register-staged kernel); not where the trainer gathers the batches' values (floats
+    already: GC_X_GATHERED); never on the cpu."""
     from gcompile.gemm_tiles import Tile
     from gcompile.passes.emit import rows_as_floats
+    from gcompile.passes.plan_memory import gathered_rows
     for batch in (128, 1000):
         for precision in ("fp32", "tf32"):
             src = compile_program(mlp_program(batch), "cuda", precision=precision)
             tiles = [Tile.parse(k.values["tile"])[0] for k in src.kernels["train"]
                      if k.kind == "matmul" and k.values["rows"]]
             pipelined = any(t.stages and not t.tf32 for t in tiles)
+            gathered = gathered_rows(src.module.trainer["x"])
+            assert gathered == (batch == 128)
             assert tiles and rows_as_floats(src.kernels["train"], "cuda") == pipelined
-            assert f"#define GC_X_FLOAT {int(pipelined)}" in src.source
+            assert f"#define GC_X_FLOAT {int(pipelined and not gathered)}" in src.source
             assert not rows_as_floats(src.kernels["train"], "cpu")
     assert "#define GC_X_FLOAT 1" in compile_program(mlp_program(1000), "cuda").source   # x @ W1's tile
     assert "#define GC_X_FLOAT 0" in compile_program(mlp_program(1000), "cpu").source

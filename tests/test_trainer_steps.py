@@ -96,6 +96,25 @@ def test_shuffled_training_matches_numpy_in_the_same_order(artifact, dataset, tm
         assert "CUDA graphs of 64 steps" in out
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_gathered_batches_and_row_indices_train_alike(target, dataset, tmp_path, monkeypatch):
+    """x's slot holds two gathered batches of its values (small batches, plan_memory.gathered_rows) or two
+    batches of row indices into the dataset: the GEMMs read the same values either way, bit for bit."""
+    import importlib
+    plan_memory = importlib.import_module("gcompile.passes.plan_memory")
+    gathered = gc.compile(program(), target=target, out_dir=tmp_path / "gathered")
+    monkeypatch.setattr(plan_memory, "GATHERED_MAX", 0)
+    indexed = gc.compile(program(), target=target, out_dir=tmp_path / "indexed")
+    assert "#define GC_X_GATHERED 1" in open(gathered.source).read()
+    assert "#define GC_X_GATHERED 0" in open(indexed.source).read()
+    runs = [train(a, dataset, tmp_path, "--epochs", "2", "--seed", "3", tag=tag)
+            for a, tag in ((gathered, "gathered"), (indexed, "indexed"))]
+    assert [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[0][0]] == \
+        [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[1][0]]
+    for name, value in runs[0][1].tensors.items():
+        np.testing.assert_array_equal(value, runs[1][1].tensors[name], err_msg=name)
+
+
 def test_order_depends_on_the_seed_only(artifact, dataset, tmp_path):
     _, a, _ = train(artifact, dataset, tmp_path, "--epochs", "2", "--seed", "4", tag="a")
     _, b, _ = train(artifact, dataset, tmp_path, "--epochs", "2", "--seed", "4", tag="b")

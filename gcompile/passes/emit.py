@@ -16,6 +16,7 @@ from ..resources import package_dir
 from ..graph import Node
 from ..gemm_tiles import Tile
 from .lower import C_TYPES, c_literal, overlap
+from .plan_memory import gathered_rows
 from .streams import assign_streams
 
 DTYPE_CODES = {"uint8": 0, "int32": 1, "float32": 2, "float64": 4}
@@ -153,9 +154,10 @@ def assign_parts(kernels, target: str) -> int:
 def next_batch_hook(train: list, plan, module) -> dict | None:
     """Where the train step runs its caller's hook (runtime gc_hook; the trainer's next batch, gc_main.h):
     right after the last kernel that reads the labels y or writes the loss, on a stream of its own that
-    waits for the streams those kernels ran on. The trainer's hook writes the next step's labels and row
-    indices (the other half of x's row slot, plan_memory.rows_bytes) and records this step's loss, so the
-    next step's batch is ready before the step ends instead of a kernel ahead of it. Only where x is read
+    waits for the streams those kernels ran on. The trainer's hook writes the next step's labels and rows
+    (the other half of x's slot, plan_memory.rows_bytes: row indices, or the gathered values) and records this
+    step's loss, so the next step's batch is ready before the step ends instead of a kernel ahead of it. Only
+    where x is read
     through batch rows (a gathered x's buffer is read by the step until its end): {"after": kernel index,
     "mask": the streams' bits}, or None."""
     trainer = module.trainer
@@ -205,7 +207,8 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         lifetime = "always" if b.region == "persistent" else f"{b.schedule}:{b.first}-{b.last}"
         what = f"{n.name} {tuple(n.shape)} {n.dtype} ({n.op})"
         if b.rows:
-            what += ": its row indices; the GEMMs read its values in place (gc_rows)"
+            what += (": two gathered batches; the GEMMs read the step's in place (gc_rows)" if gathered_rows(n) else
+                     ": its row indices; the GEMMs read its values in place (gc_rows)")
         layout.append({"offset": b.offset, "size": b.size, "region": b.region, "lifetime": lifetime,
                        "what": what})
     for name, (start, size) in plan.workspaces.items():
@@ -231,6 +234,7 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
 
     trainer = module.trainer
     x_rows = bool(trainer) and plan.buffer_of(trainer["x"]).rows
+    x_gathered = x_rows and gathered_rows(trainer["x"])
     defines = [
         ("GC_PROGRAM_NAME", json.dumps(module.name)),
         ("GC_SOURCE_NAME", json.dumps(module.source)),
@@ -243,8 +247,9 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         ("GC_HAS_TRAINER", int(trainer is not None)),
         ("GC_BATCH", module.batch_size),
         ("GC_X_OFFSET", offset(trainer["x"]) if trainer else 0),
-        ("GC_X_ROWS", int(x_rows)),   # x's row indices at GC_X_OFFSET
-        ("GC_X_FLOAT", int(x_rows and rows_as_floats(everything, target))),
+        ("GC_X_ROWS", int(x_rows)),   # the GEMMs read x in place (gc_rows): its batch rows at GC_X_OFFSET
+        ("GC_X_GATHERED", int(x_gathered)),   # ... two gathered batches of its values, not row indices
+        ("GC_X_FLOAT", int(x_rows and not x_gathered and rows_as_floats(everything, target))),
         ("GC_Y_OFFSET", offset(trainer["y"]) if trainer else 0),
         ("GC_NEXT_BATCH", int(hook is not None)),   # the train step runs the trainer's next batch (gc_hook)
         ("GC_LOGITS_OFFSET", offset(trainer["logits"]) if trainer else 0),

@@ -151,10 +151,24 @@ class MemoryPlan:
         return "\n".join(lines)
 
 
+# Where two batches of x's values take at most GATHERED_MAX bytes, the trainer gathers each step's batch into
+# x's buffer (two halves) beside the step before, and the GEMMs read those rows in place without an index
+# (gathered_rows); larger batches keep row indices into the dataset. Measured (H100, the trainer's step):
+# see docs/compiler.md, "The batch gather fused into the GEMMs".
+GATHERED_MAX = 1 << 20
+
+
+def gathered_rows(x: Node) -> bool:
+    """Whether the trainer gathers image input x's batches (float32 values, two halves) into its buffer instead
+    of writing row indices there, for a program whose GEMMs read x in place (batch_rows)."""
+    return 2 * x.shape[0] * x.shape[1] * 4 <= GATHERED_MAX
+
+
 def rows_bytes(x: Node) -> int:
-    """The batch rows of image input x: one uint32 row index per batch row, twice — the trainer writes the
-    next step's into the other half while the step reads its own (emit.next_batch_hook)."""
-    return 2 * 4 * x.shape[0]
+    """The batch rows of image input x, twice — the trainer writes the next step's into the other half while
+    the step reads its own (emit.next_batch_hook): its rows' float32 values where gathered_rows(x), else one
+    uint32 row index a batch row."""
+    return 2 * (x.shape[0] * x.shape[1] * 4 if gathered_rows(x) else 4 * x.shape[0])
 
 
 def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, str]:
@@ -171,6 +185,9 @@ def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, 
                                "otherwise than as a GEMM's A operand)")
     if x.ndim != 2 or x.shape[1] % 4:   # the GEMMs' row loader moves runs of 4 elements
         return False, f"{x.name}: gathered into its buffer each step (not a matrix of rows of 4k elements)"
+    if gathered_rows(x):
+        return True, (f"{x.name}: the GEMMs read its rows in place from two batches of its values at its offset "
+                      f"({rows_bytes(x)} bytes): the trainer gathers the next step's beside each step")
     return True, (f"{x.name}: no buffer of its values; the GEMMs read its rows in place, through the row indices "
                   f"at its offset ({rows_bytes(x)} bytes): the batch gather is fused into their loads")
 
