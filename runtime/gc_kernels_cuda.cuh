@@ -330,6 +330,39 @@ __host__ __device__ constexpr size_t gc_chain_work(size_t bytes, More... more) {
     return ((bytes > gc_chain_work(more...) ? bytes : gc_chain_work(more...)) + 15) & ~(size_t)15;
 }
 
+// Row b of a batch gathered by the block (gc_gather_kernel; a post kernel's blocks, gc_next_rows): x[b, :] and y[b]
+// (y NULL: the values only), and the previous step's loss recorded by row 0's thread 0 where sums is given.
+template <typename IMG, int V>
+__device__ __forceinline__ void gc_gather_row(const IMG* __restrict__ images, const int32_t* __restrict__ labels,
+                                              const gc_cursor* __restrict__ cursor, int64_t first, int count, int row,
+                                              float scale, float* __restrict__ x, int32_t* __restrict__ y, int batch,
+                                              const float* __restrict__ loss, double* __restrict__ sums, int b) {
+    const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
+    const IMG* in = images + (int64_t)src * row;
+    float* out = x + (int64_t)b * row;
+    for (int e = threadIdx.x * V; e < row; e += blockDim.x * V) {
+        float v[V];
+        if constexpr (V == 4 && sizeof(IMG) == 1) {
+            uchar4 u = *(const uchar4*)(in + e);
+            v[0] = gc_pixel(u.x, scale); v[1] = gc_pixel(u.y, scale);
+            v[2] = gc_pixel(u.z, scale); v[3] = gc_pixel(u.w, scale);
+        } else if constexpr (V == 4) {
+            float4 f = *(const float4*)(in + e);
+            v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+        } else if constexpr (sizeof(IMG) == 1) {
+            v[0] = gc_pixel(in[e], scale);
+        } else {
+            v[0] = (float)in[e];
+        }
+        if (V == 4) *(float4*)(out + e) = make_float4(v[0], v[1], v[2], v[3]);
+        else out[e] = v[0];
+    }
+    if (y && threadIdx.x == 0) y[b] = labels[src];
+    if (sums && b == 0 && threadIdx.x == 0) {
+        gc_record_loss(sums, *loss);
+    }
+}
+
 #endif   // GC_KERNELS
 
 #if GC_KERNELS0   // kernels part 0 (a non-template kernel is defined once); the host part sees the declarations
@@ -352,31 +385,7 @@ __global__ void gc_gather_kernel(const IMG* __restrict__ images, const int32_t* 
                                  float scale, float* __restrict__ x, int32_t* __restrict__ y, int batch,
                                  const float* __restrict__ loss, double* __restrict__ sums) {
     gc_wait_prior();
-    const int b = blockIdx.x;
-    const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
-    const IMG* in = images + (int64_t)src * row;
-    float* out = x + (int64_t)b * row;
-    for (int e = threadIdx.x * V; e < row; e += blockDim.x * V) {
-        float v[V];
-        if constexpr (V == 4 && sizeof(IMG) == 1) {
-            uchar4 u = *(const uchar4*)(in + e);
-            v[0] = gc_pixel(u.x, scale); v[1] = gc_pixel(u.y, scale);
-            v[2] = gc_pixel(u.z, scale); v[3] = gc_pixel(u.w, scale);
-        } else if constexpr (V == 4) {
-            float4 f = *(const float4*)(in + e);
-            v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
-        } else if constexpr (sizeof(IMG) == 1) {
-            v[0] = gc_pixel(in[e], scale);
-        } else {
-            v[0] = (float)in[e];
-        }
-        if (V == 4) *(float4*)(out + e) = make_float4(v[0], v[1], v[2], v[3]);
-        else out[e] = v[0];
-    }
-    if (threadIdx.x == 0) y[b] = labels[src];
-    if (sums && b == 0 && threadIdx.x == 0) {
-        gc_record_loss(sums, *loss);
-    }
+    gc_gather_row<IMG, V>(images, labels, cursor, first, count, row, scale, x, y, batch, loss, sums, blockIdx.x);
 }
 
 template <typename IMG>

@@ -335,7 +335,12 @@ static int gc_enqueue_trainer_steps(void* loop, int64_t steps) {
         if (!GC_NEXT_BATCH || j == 0)
             GC_TRY(gc_gather_batch(&L->train, L->cursor, j * GC_BATCH, GC_BATCH, L->scale, A, j ? L->loss_sums : NULL, j));
         gc_next_batch next = {L, j};
-        gc_step_hook hook = {gc_next_batch_run, &next};
+        // where the batches' values are gathered, what a step that gathers the next batch itself takes
+        const int64_t k = (j + 1) * GC_BATCH;
+        gc_next_rows rows = {L->train.images_dev, L->train.labels_dev, L->cursor, k, GC_BATCH,
+                             L->train.images.dtype == GC_U8, (float)L->scale, gc_values_half(A, j + 1),
+                             (int32_t*)(A + GC_Y_OFFSET), (const float*)(A + GC_LOSS_OFFSET), L->loss_sums};
+        gc_step_hook hook = {gc_next_batch_run, &next, GC_X_GATHERED ? &rows : NULL};
         GC_TRY(gc_run_train(A, GC_NEXT_BATCH && j + 1 < steps ? &hook : NULL));
     }
     return gc_steps_done(L->cursor, steps, (const float*)(A + GC_LOSS_OFFSET), L->loss_sums);

@@ -96,10 +96,14 @@ GC_SHARED int gc_fail(int code, const char* fmt, ...);   // the kernels part's m
 #define GC_LAUNCH_CHECK() do {} while (0)
 #endif
 
-// A step's hook: what its caller runs beside the step's later kernels (gc_hook, below).
+// A step's hook: what its caller runs beside the step's later kernels (gc_hook, below); or, where the step
+// gathers the next batch in its post kernel (GC_NEXT_IN_POST) and the caller says what to gather (`next`),
+// that instead.
+typedef struct gc_next_rows gc_next_rows;
 typedef struct {
     int (*fn)(void* ctx);   // enqueues work (gc_launch: on gc_current_stream, the hook's stream)
     void* ctx;
+    const gc_next_rows* next;   // NULL: the step runs fn
 } gc_step_hook;
 
 #if defined(GC_CUDA) && GC_KERNELS
@@ -479,6 +483,32 @@ GC_SHARED gc_rows* gc_batch_input(void) {
 }
 #else
 GC_SHARED gc_rows* gc_batch_input(void);
+#endif
+
+// The next step's batch as a train step's post kernel gathers it, a row a block of its own (GC_NEXT_IN_POST,
+// emit.py's next_batch_hook): gc_gather's arguments (row: GC_ROW elements, batch: GC_BATCH), which the step
+// takes from its hook's `next` (gc_run_train sets gc_next_input() before its launches, which pass it).
+// x NULL: nothing to gather (the library's steps, a chunk's last step).
+struct gc_next_rows {
+    const void* images;       // the split's dataset: uint8 (u8) or float32 rows
+    const int32_t* labels;
+    const gc_cursor* cursor;
+    int64_t first;
+    int32_t count;
+    int32_t u8;
+    float scale;
+    float* x;                 // the batch's values (the other half of x's slot)
+    int32_t* y;
+    const float* loss;        // this step's loss, recorded into sums
+    double* sums;
+};
+#if GC_KERNELS0
+GC_SHARED gc_next_rows* gc_next_input(void) {
+    static thread_local gc_next_rows now = {};
+    return &now;
+}
+#else
+GC_SHARED gc_next_rows* gc_next_input(void);
 #endif
 
 // A step's loss into the epoch's sums on the device: sums[0] += loss when it is finite (a step the numerical

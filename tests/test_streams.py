@@ -156,7 +156,7 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
     for batch in (128, 1000):
         src = compile_program(mlp_program(batch), "cuda")
         train, plan, module = src.kernels["train"], src.plan, src.module
-        hook = next_batch_hook(train, plan, module)
+        hook = next_batch_hook(train, plan, module, "cuda")
         y, loss = plan.buffer_of(module.trainer["y"]), plan.buffer_of(module.loss)
         labels, lost = [(y.offset, y.offset + y.size)], [(loss.offset, loss.offset + loss.size)]
         assert train[hook["after"]].kind == "chain" and overlap(train[hook["after"]].reads, labels)
@@ -168,11 +168,21 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
         lines = [line.strip() for line in body.splitlines()]
         at = lines.index(f"GC_TRY(gc_hook(hook, {hook['mask']}u, {train[hook['after']].values['stream']}));   "
                          "// the labels are read, the loss written")
+        # small batches (gathered values): the post kernel right after gathers the next batch itself, in its
+        # last blocks, where the caller says what (hook->next); the hook's function runs otherwise
+        assert hook["in_post"] == (batch == 128)
+        if hook["in_post"]:
+            post = train[hook["after"] + 1]
+            assert post.kind == "post" and post.values["next"] == {"batch": 128, "row": 784}
+            assert post.values["stream"] == train[hook["after"]].values["stream"]
+            assert lines[at - 1].startswith("if (!hook || !hook->next)")
+            at -= 1
         assert lines[at - 1] in (f"GC_TRY({train[hook['after']].name}(A));", f"GC_TRY(gc_record({train[hook['after']].values['record']}));")
         assert "#define GC_NEXT_BATCH 1" in src.source
         assert 'gc_run_eval: this step runs no hook' in src.source
     cpu = compile_program(mlp_program(128), "cpu")
     assert "#define GC_NEXT_BATCH 1" in cpu.source and "GC_TRY(gc_hook(hook, 1u, 0));" in cpu.source
+    assert not next_batch_hook(cpu.kernels["train"], cpu.plan, cpu.module, "cpu")["in_post"]
 
     x = gc.placeholder("x", (8, 10))   # rows of 10 elements: gathered, not read in place
     y = gc.placeholder("y", (8,), dtype="int32")

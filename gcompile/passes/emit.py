@@ -151,7 +151,7 @@ def assign_parts(kernels, target: str) -> int:
     return parts
 
 
-def next_batch_hook(train: list, plan, module) -> dict | None:
+def next_batch_hook(train: list, plan, module, target: str = "cpu") -> dict | None:
     """Where the train step runs its caller's hook (runtime gc_hook; the trainer's next batch, gc_main.h):
     right after the last kernel that reads the labels y or writes the loss, on a stream of its own that
     waits for the streams those kernels ran on. The trainer's hook writes the next step's labels and rows
@@ -159,7 +159,12 @@ def next_batch_hook(train: list, plan, module) -> dict | None:
     step's loss, so the next step's batch is ready before the step ends instead of a kernel ahead of it. Only
     where x is read
     through batch rows (a gathered x's buffer is read by the step until its end): {"after": kernel index,
-    "mask": the streams' bits}, or None."""
+    "mask": the streams' bits, "in_post": ...}, or None. in_post: where the trainer gathers the batches'
+    values (plan_memory.gathered_rows) and the kernel right after is a chain's post kernel on the same
+    stream as every kernel that touches the labels or the loss, the cuda step gathers the next batch in that
+    post kernel's own last blocks instead (a row a block, gc_next_rows): the next step's first kernel then
+    follows the post kernel programmatically rather than waiting for the hook's stream (H100, logistic
+    regression b128: see docs/compiler.md)."""
     trainer = module.trainer
     if not trainer or module.loss is None or not plan.buffer_of(trainer["x"]).rows:
         return None
@@ -169,7 +174,11 @@ def next_batch_hook(train: list, plan, module) -> dict | None:
                 if overlap(k.reads + k.writes, labels) or overlap(k.writes, lost)]
     if not touching:
         return None
-    return {"after": max(touching), "mask": sum(1 << s for s in {train[i].values.get("stream", 0) for i in touching})}
+    after, streams = max(touching), {train[i].values.get("stream", 0) for i in touching}
+    post = train[after + 1] if after + 1 < len(train) else None
+    in_post = (target == "cuda" and gathered_rows(trainer["x"]) and post is not None and post.kind == "post"
+               and streams == {post.values.get("stream", 0)})
+    return {"after": after, "mask": sum(1 << s for s in streams), "in_post": in_post}
 
 
 def rows_as_floats(kernels: list, target: str) -> bool:
@@ -193,7 +202,10 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
     if callable(build_command):
         build_command = build_command(parts)
     streams = {d: assign_streams(ks) if target == "cuda" else 1 for d, ks in kernels.items()}
-    hook = next_batch_hook(kernels.get("train", []), plan, module)
+    hook = next_batch_hook(kernels.get("train", []), plan, module, target)
+    if hook and hook["in_post"]:   # the post kernel's last blocks gather the next batch
+        x = module.trainer["x"]
+        kernels["train"][hook["after"] + 1].values["next"] = {"batch": x.shape[0], "row": x.shape[1]}
     macros = {}
     for template in ("kernels_common.j2", f"kernels_{target}.j2"):
         mod = env.get_template(template).module

@@ -319,7 +319,7 @@ class Lowering:
         text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
         return Kernel("post", self.name, f"{self.direction}: after chain {kernel_key(chain.name)}, {len(after)} "
                       f"stages: {text}", {"stages": stages, "gemms": gemms, "blocks": first,
-                                          "rows_input": any(v["rows"] for v in gemms)},
+                                          "rows_input": any(v["rows"] for v in gemms), "next": None},
                       details, fused[0] if fused else None, reads=sorted(set(r for x in rd for r in x)),
                       writes=writes + workspaces({"segments": segments}), fused=fused[1:])
 
