@@ -21,10 +21,11 @@ Within a schedule a temporary is live from the step that writes it to the last s
   they get no buffer at all.
 
 The image input of a trainer program whose every reader is a GEMM reading it as its A operand (the MLP's
-x @ W1 and x^T @ dh1, logistic regression likewise; `batch_rows`) gets no buffer of its values: its
-persistent buffer holds one row index per batch row instead, and those GEMMs read x's rows in place — in the
-trainer's dataset, or the library's input buffer outside the arena (runtime gc_rows; docs/compiler.md, "The
-batch gather fused into the GEMMs").
+x @ W1 and x^T @ dh1, logistic regression likewise; `batch_rows`) gets no buffer of one batch's values: its
+persistent buffer holds two batches of row indices instead (the step's and the next step's), or, where that
+is small (gathered_rows), two gathered batches of its values, and those GEMMs read x's rows in place — in
+the trainer's dataset or gathered half, or the library's input buffer outside the arena (runtime gc_rows;
+docs/compiler.md, "The batch gather fused into the GEMMs").
 
 Placement is greedy first-fit: buffers in some order, each at the lowest offset that overlaps no placed
 buffer live at the same time. Several orders are tried (largest first, earliest first, longest-lived first)
