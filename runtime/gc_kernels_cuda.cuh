@@ -362,6 +362,18 @@ __device__ __forceinline__ void gc_gather_row(const IMG* __restrict__ images, co
         gc_record_loss(sums, *loss);
     }
 }
+// Row b of the batch `next` names (a post kernel's own blocks; nothing where next.x is NULL), rows of ROW
+// elements (a multiple of 4), BATCH of them.
+template <int ROW, int BATCH>
+__device__ __forceinline__ void gc_gather_next_row(const gc_next_rows& next, int b) {
+    if (!next.x) return;
+    if (next.u8)
+        gc_gather_row<uint8_t, 4>((const uint8_t*)next.images, next.labels, next.cursor, next.first, next.count, ROW,
+                                  next.scale, next.x, next.y, BATCH, next.loss, next.sums, b);
+    else
+        gc_gather_row<float, 4>((const float*)next.images, next.labels, next.cursor, next.first, next.count, ROW,
+                                next.scale, next.x, next.y, BATCH, next.loss, next.sums, b);
+}
 
 #endif   // GC_KERNELS
 

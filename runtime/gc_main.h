@@ -296,19 +296,26 @@ static void gc_batch_from(const gc_split* s, double scale, unsigned char* A, int
     gc_rows values = {gc_values_half(A, half), NULL, 1.0f, 0};
     *gc_batch_input() = GC_X_GATHERED ? values : in;
 }
+// What a gather of that batch takes (gc_gather; a post kernel's own gather, gc_next_rows): the values go to
+// x's buffer, or to half `half` of it where the values are gathered (GC_X_GATHERED).
+static gc_next_rows gc_batch_values(const gc_split* s, const gc_cursor* cursor, int64_t first, int count,
+                                    double scale, unsigned char* A, double* sums, int64_t half) {
+    gc_next_rows r = {s->images_dev, s->labels_dev, cursor, first, count, s->images.dtype == GC_U8, (float)scale,
+                      GC_X_GATHERED ? gc_values_half(A, half) : (float*)(A + GC_X_OFFSET),
+                      (int32_t*)(A + GC_Y_OFFSET), (const float*)(A + GC_LOSS_OFFSET), sums};
+    return r;
+}
 static int gc_gather_batch(const gc_split* s, const gc_cursor* cursor, int64_t first, int count, double scale,
                            unsigned char* A, double* sums, int64_t half = 0) {
-    float* x = GC_X_GATHERED ? gc_values_half(A, half) : (float*)(A + GC_X_OFFSET);
-    int32_t* y = (int32_t*)(A + GC_Y_OFFSET);
-    const float* loss = (const float*)(A + GC_LOSS_OFFSET);
+    const gc_next_rows r = gc_batch_values(s, cursor, first, count, scale, A, sums, half);
     if (GC_X_ROWS && !GC_X_GATHERED)
-        return gc_batch_rows(s->images_dev, GC_ROW * gc_dtype_sizes[s->images.dtype], s->labels_dev, cursor, first, count,
-                             gc_rows_half(A, half), y, GC_BATCH, loss, sums);
-    if (s->images.dtype == GC_U8)
-        return gc_gather<uint8_t>(s->images_dev, s->labels_dev, cursor, first, count, GC_ROW, (float)scale, x, y,
-                                  GC_BATCH, loss, sums);
-    return gc_gather<float>((const float*)s->images_dev, s->labels_dev, cursor, first, count, GC_ROW, (float)scale,
-                            x, y, GC_BATCH, loss, sums);
+        return gc_batch_rows(r.images, GC_ROW * gc_dtype_sizes[s->images.dtype], r.labels, cursor, first, count,
+                             gc_rows_half(A, half), r.y, GC_BATCH, r.loss, sums);
+    if (r.u8)
+        return gc_gather<uint8_t>((const uint8_t*)r.images, r.labels, cursor, first, count, GC_ROW, r.scale, r.x, r.y,
+                                  GC_BATCH, r.loss, sums);
+    return gc_gather<float>((const float*)r.images, r.labels, cursor, first, count, GC_ROW, r.scale, r.x, r.y,
+                            GC_BATCH, r.loss, sums);
 }
 
 // Step j's hook (GC_NEXT_BATCH: gc_run_train runs it beside its kernels after the last that reads the
@@ -335,11 +342,10 @@ static int gc_enqueue_trainer_steps(void* loop, int64_t steps) {
         if (!GC_NEXT_BATCH || j == 0)
             GC_TRY(gc_gather_batch(&L->train, L->cursor, j * GC_BATCH, GC_BATCH, L->scale, A, j ? L->loss_sums : NULL, j));
         gc_next_batch next = {L, j};
-        // where the batches' values are gathered, what a step that gathers the next batch itself takes
-        const int64_t k = (j + 1) * GC_BATCH;
-        gc_next_rows rows = {L->train.images_dev, L->train.labels_dev, L->cursor, k, GC_BATCH,
-                             L->train.images.dtype == GC_U8, (float)L->scale, gc_values_half(A, j + 1),
-                             (int32_t*)(A + GC_Y_OFFSET), (const float*)(A + GC_LOSS_OFFSET), L->loss_sums};
+        // where the batches' values are gathered, what a step that gathers the next batch itself takes (the
+        // same batch the hook's function would gather)
+        const gc_next_rows rows = gc_batch_values(&L->train, L->cursor, (j + 1) * GC_BATCH, GC_BATCH, L->scale, A,
+                                                  L->loss_sums, j + 1);
         gc_step_hook hook = {gc_next_batch_run, &next, GC_X_GATHERED ? &rows : NULL};
         GC_TRY(gc_run_train(A, GC_NEXT_BATCH && j + 1 < steps ? &hook : NULL));
     }

@@ -97,8 +97,8 @@ GC_SHARED int gc_fail(int code, const char* fmt, ...);   // the kernels part's m
 #endif
 
 // A step's hook: what its caller runs beside the step's later kernels (gc_hook, below); or, where the step
-// gathers the next batch in its post kernel (GC_NEXT_IN_POST) and the caller says what to gather (`next`),
-// that instead.
+// gathers the next batch in its post kernel (emit.py's next_batch_hook, in_post) and the caller says what to
+// gather (`next`), that instead.
 typedef struct gc_next_rows gc_next_rows;
 typedef struct {
     int (*fn)(void* ctx);   // enqueues work (gc_launch: on gc_current_stream, the hook's stream)
@@ -485,10 +485,10 @@ GC_SHARED gc_rows* gc_batch_input(void) {
 GC_SHARED gc_rows* gc_batch_input(void);
 #endif
 
-// The next step's batch as a train step's post kernel gathers it, a row a block of its own (GC_NEXT_IN_POST,
-// emit.py's next_batch_hook): gc_gather's arguments (row: GC_ROW elements, batch: GC_BATCH), which the step
-// takes from its hook's `next` (gc_run_train sets gc_next_input() before its launches, which pass it).
-// x NULL: nothing to gather (the library's steps, a chunk's last step).
+// A batch to gather: gc_gather's arguments (row: GC_ROW elements, batch: GC_BATCH). The next step's, as a
+// train step's post kernel gathers it, a row a block of its own (emit.py's next_batch_hook, in_post;
+// gc_gather_next_row), takes it from its hook's `next` (gc_run_train sets gc_next_input() before its
+// launches, which pass it). x NULL: nothing to gather (the library's steps, a chunk's last step).
 struct gc_next_rows {
     const void* images;       // the split's dataset: uint8 (u8) or float32 rows
     const int32_t* labels;

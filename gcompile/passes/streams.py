@@ -10,15 +10,16 @@ Kernel j must run after an earlier kernel i (schedule order) when their arena by
 bytes that j reads or writes, or i reads bytes that j writes. Bytes, not values: the memory plan reuses a
 dead value's buffer, and that reuse orders kernels too. The transitive reduction of that graph gives each
 kernel its direct predecessors. Streams are assigned in schedule order: a kernel continues the stream whose
-last kernel is its latest predecessor; one without such a stream opens a new one (at most MAX_STREAMS,
-then the stream whose last kernel is oldest); it waits on an event recorded after each predecessor on
-another stream. Where a kernel has several successors, its stream is kept for its heir: the successor with
-the most GEMM work on its longest path to the step's end (the critical path, by multiply-adds), the first
-in schedule order on a tie; the others open streams of their own. The heir follows on the same stream,
-launched programmatically (it starts as its predecessor ends), while a kernel on another stream waits for
-an event, which starts it about a microsecond later. The step begins with a fork (every stream used waits for what came before on stream 0,
-where the runtime's own kernels run) and ends with a join (stream 0 waits for every other stream), so
-steps still follow each other in order.
+last kernel is a predecessor whose heir it is; one without such a stream opens a new one (at most
+MAX_STREAMS, then the stream of its latest predecessor, or the one whose last kernel is oldest); it waits on
+an event recorded after each predecessor on another stream. A kernel's heir (`heirs`) is the successor
+that keeps its stream: a chain's post kernel, else the successor with the most GEMM work on its longest
+path to the step's end (the critical path, by multiply-adds), the first in schedule order on a tie; the
+others open streams of their own. The heir follows on the same stream, launched programmatically (it
+starts as its predecessor ends), while a kernel on another stream waits for an event, which starts it about
+a microsecond later. The step begins with a fork (every stream used waits for what came before on stream 0, where the runtime's own
+kernels run) and ends with a join (stream 0 waits for every other stream), so steps still follow each
+other in order.
 
 The cpu target runs kernels in schedule order; the stream calls are no-ops there.
 """
