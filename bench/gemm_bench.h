@@ -11,17 +11,37 @@ struct ep_bias_relu {
     static constexpr bool prefetch = true;   // stores nothing itself (gc_gemm_cuda.cuh)
     const float* aux;
     GC_HD float operator()(int, int, int n, float acc) const { return fmaxf(acc + aux[n], 0.f); }
+    static constexpr bool runs = true;
+    typedef float4 pack;
+    GC_HD pack load4(int, int, int n) const { return *reinterpret_cast<const float4*>(aux + n); }
+    GC_HD void run4(const pack& a, int, int, int, float* v) const {
+        v[0] = fmaxf(v[0] + a.x, 0.f); v[1] = fmaxf(v[1] + a.y, 0.f);
+        v[2] = fmaxf(v[2] + a.z, 0.f); v[3] = fmaxf(v[3] + a.w, 0.f);
+    }
 };
 struct ep_bias {
     static constexpr bool prefetch = true;   // stores nothing itself (gc_gemm_cuda.cuh)
     const float* aux;
     GC_HD float operator()(int, int, int n, float acc) const { return acc + aux[n]; }
+    static constexpr bool runs = true;
+    typedef float4 pack;
+    GC_HD pack load4(int, int, int n) const { return *reinterpret_cast<const float4*>(aux + n); }
+    GC_HD void run4(const pack& a, int, int, int, float* v) const {
+        v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
+    }
 };
 struct ep_relu_mask {
     static constexpr bool prefetch = true;   // stores nothing itself (gc_gemm_cuda.cuh)
     const float* aux;
     int ld;
     GC_HD float operator()(int, int m, int n, float acc) const { return aux[(size_t)m * ld + n] > 0.f ? acc : 0.f; }
+    static constexpr bool runs = true;
+    typedef float4 pack;
+    GC_HD pack load4(int, int m, int n) const { return *reinterpret_cast<const float4*>(aux + (size_t)m * ld + n); }
+    GC_HD void run4(const pack& a, int, int, int, float* v) const {
+        v[0] = a.x > 0.f ? v[0] : 0.f; v[1] = a.y > 0.f ? v[1] : 0.f;
+        v[2] = a.z > 0.f ? v[2] : 0.f; v[3] = a.w > 0.f ? v[3] : 0.f;
+    }
 };
 
 typedef int (*gc_bench_fn)(const float* A, const float* B, float* C, const float* aux);

@@ -225,22 +225,42 @@ struct gc_gemm_stage {
     }
 };
 
+template <class...> using gc_void_t = void;
 // The epilogue of RUN results of row m, columns n..n+RUN-1, in place (outputs outside the matrix are left
 // alone: the functor may read operands there). Then their store: n a multiple of RUN; CM / CN: the tile may
 // overhang the matrix in that dimension; vec: C's rows allow aligned RUN-wide stores. A thread applies the
 // epilogue to all its runs before it stores any: the functor's loads (a bias, a mask) may alias C as far as
 // the compiler knows, so interleaved with the stores each would wait for the one before it.
+// A functor may also say `static constexpr bool runs = true;` and define, for a run of 4 columns n..n+3 of
+// row m (n a multiple of 4, all four inside the matrix), `pack load4(b, m, n)`: the operands it reads there,
+// 16-byte vectors where they lie along the row, and `void run4(const pack&, b, m, n, T* v)`: the epilogue of
+// v[0..3] from them. Whole runs take it; the fp32 kernels load their runs' packs into registers while their
+// first K steps are on their way (gc_gemm_packs) instead of prefetching to L1 and waiting there.
+template <class Ep, class = void> struct gc_ep_runs { static constexpr bool value = false; };
+template <class Ep> struct gc_ep_runs<Ep, gc_void_t<decltype(Ep::runs)>> { static constexpr bool value = Ep::runs; };
+// Registers a thread's NR packs would hold: the packs stay in registers only up to GC_PACK_REGISTERS (an
+// 8 x 8 block's 16 runs of a 2-vector pack would not fit beside its accumulators).
+#define GC_PACK_REGISTERS 32
+template <class Ep, bool = gc_ep_runs<Ep>::value> struct gc_ep_pack_words { static constexpr int value = 0; };
+template <class Ep> struct gc_ep_pack_words<Ep, true> { static constexpr int value = sizeof(typename Ep::pack) / 4; };
+template <class Ep, int NR> struct gc_ep_packed {
+    static constexpr bool value = gc_ep_runs<Ep>::value && NR * gc_ep_pack_words<Ep>::value <= GC_PACK_REGISTERS;
+};
 template <int RUN, bool CM, bool CN, typename T, class Ep>
 __device__ __forceinline__ void gc_gemm_epilogue(const Ep& ep, int b, int m, int n, int M, int N, T* v) {
     if (CM && m >= M) return;
+    if constexpr (gc_ep_runs<Ep>::value && RUN % 4 == 0 && !CN) {
 #pragma unroll
-    for (int r = 0; r < RUN; r++)
-        if (!CN || n + r < N) v[r] = ep(b, m, n + r, v[r]);
+        for (int r = 0; r < RUN; r += 4) ep.run4(ep.load4(b, m, n + r), b, m, n + r, v + r);
+    } else {
+#pragma unroll
+        for (int r = 0; r < RUN; r++)
+            if (!CN || n + r < N) v[r] = ep(b, m, n + r, v[r]);
+    }
 }
 // An epilogue functor that stores nothing itself may say so (`static constexpr bool prefetch = true;`): the
 // kernel then calls it once on zeros while the first K step's loads are in flight, and waits for its loads
 // there, so that the operands it reads (a mask, a bias) are in L1 when the real epilogue runs.
-template <class...> using gc_void_t = void;
 template <class Ep, class = void> struct gc_ep_prefetch { static constexpr bool value = false; };
 template <class Ep> struct gc_ep_prefetch<Ep, gc_void_t<decltype(Ep::prefetch)>> { static constexpr bool value = Ep::prefetch; };
 // A zero the compiler cannot see through (so that the functor's loads are not folded away), and a value it
@@ -265,6 +285,29 @@ __device__ __forceinline__ void gc_gemm_prefetch(const Ep& ep, int b, int m0, in
         });
     }
 }
+
+// The packs of a thread's NR runs of 4 (an fp32 tile's TM x TN accumulators, run i at acc + 4 i) where
+// the functor has them, the tile's runs are whole (the tile divides N) and the block applies its own
+// epilogue (no split): load() at the start, apply() on the sums. ON false: nothing (the L1 prefetch).
+template <class Ep, int NR, bool ON> struct gc_gemm_packs {
+    static constexpr bool on = false;
+};
+template <class Ep, int NR> struct gc_gemm_packs<Ep, NR, true> {
+    static constexpr bool on = true;
+    typename Ep::pack pk[NR];
+    template <bool CM, typename T, class ForRuns>
+    __device__ __forceinline__ void load(const Ep& ep, int b, int m0, int n0, int M, const T* acc, ForRuns&& for_runs) {
+        for_runs([&](int row, int col, T* v) {
+            if (!CM || m0 + row < M) pk[(v - acc) / 4] = ep.load4(b, m0 + row, n0 + col);
+        });
+    }
+    template <bool CM, typename T, class ForRuns>
+    __device__ __forceinline__ void apply(const Ep& ep, int b, int m0, int n0, int M, const T* acc, ForRuns&& for_runs) {
+        for_runs([&](int row, int col, T* v) {
+            if (!CM || m0 + row < M) ep.run4(pk[(v - acc) / 4], b, m0 + row, n0 + col, v);
+        });
+    }
+};
 
 template <int RUN, bool CM, bool CN, typename T>
 __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, const T* v, bool vec) {
@@ -548,7 +591,10 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     };
 
     if (ktiles > 0) load(ga0, gb0, 0);
-    if constexpr (S == 1)   // while tile 0 is on its way (split tiles: not yet)
+    gc_gemm_packs<Ep, TM * TN / 4, !TC && S == 1 && EN && gc_ep_packed<Ep, TM * TN / 4>::value> packs;
+    if constexpr (decltype(packs)::on)   // while tile 0 is on its way
+        packs.template load<!EM>(p.ep, b, m0, n0, M, &acc[0][0], for_runs);
+    else if constexpr (S == 1)   // (split tiles: not yet)
         gc_gemm_prefetch<RUN, !EM, !EN, T>(p.ep, b, m0, n0, M, N, for_runs);
     if (ktiles > 0) store(ga0, gb0, 0);
     if (DEEP && ktiles > 1) load(ga1, gb1, 1);
@@ -570,8 +616,13 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
     }
 
-    gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc, for_runs,
-                                                    [] {});   // (the loop's last barrier freed the buffers)
+    if constexpr (decltype(packs)::on) {
+        packs.template apply<!EM>(p.ep, b, m0, n0, M, &acc[0][0], for_runs);
+        gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(smem, gc_ep_store(), b, m0, n0, M, N, C, p.vc, for_runs, [] {});
+    } else {
+        gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc, for_runs,
+                                                        [] {});   // (the loop's last barrier freed the buffers)
+    }
 }
 
 // ---- the pipelined kernel (tiles with STAGES > 0) -------------------------------------------------------
@@ -851,9 +902,13 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     };
     // A slice is one k of the step for each K group (k = slice * KW + group); the epilogue prefetch (group 0,
     // which applies it) while the first steps are on their way (split tiles: not yet).
+    gc_gemm_packs<Ep, TM * TN / 4, S == 1 && Block::EN && gc_ep_packed<Ep, TM * TN / 4>::value> packs;
     gc_pipeline<ST, BK / KW>(g.ktiles, load, [&] {
-        if constexpr (S == 1)
+        if constexpr (decltype(packs)::on) {
+            if (group == 0) packs.template load<!Block::EM>(p.ep, g.b, g.m0, g.n0, g.M, &acc[0][0], for_runs);
+        } else if constexpr (S == 1) {
             if (group == 0) gc_gemm_prefetch<4, !Block::EM, !Block::EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
+        }
     }, [&](int buf, int k, int set) { fragments(smem + buf * STAGE, k * KW + group, a[set], bv[set]); }, [&](int set) {
 #pragma unroll
         for (int i = 0; i < TM; i++)
@@ -878,10 +933,17 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
             });
     }
     // (with K groups, group 0's sums are the block's: only it stores them, into the places it read group 1's)
-    gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc,
-                                                                  [&](auto&& f) { if (group == 0) for_runs(f); }, [] {
+    const auto free_smem = [] {
         if constexpr (KW == 1) __syncthreads();   // every warp is past its last reads of the buffers
-    });
+    };
+    if constexpr (decltype(packs)::on) {
+        if (group == 0) packs.template apply<!Block::EM>(p.ep, g.b, g.m0, g.n0, g.M, &acc[0][0], for_runs);
+        gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, gc_ep_store(), g.b, g.m0, g.n0, g.M, g.N,
+                                                                      C, p.vc, [&](auto&& f) { if (group == 0) for_runs(f); }, free_smem);
+    } else {
+        gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc,
+                                                                      [&](auto&& f) { if (group == 0) for_runs(f); }, free_smem);
+    }
 }
 
 // Whether this device launches thread-block clusters (asked once).

@@ -37,7 +37,24 @@ struct ep_test {
         return v > T(0) ? v : T(0);
     }
 };
+// The same epilogue on runs of 4 columns (gc_gemm_cuda.cuh's `runs`): the bias as a 16-byte vector, m and b
+// once for the run (the pack holds them, as a generated epilogue's scalar operands).
+struct ep_test_runs : ep_test {
+#ifdef __CUDACC__
+    static constexpr bool runs = true;
+    struct pack { float4 bias; int m3; };
+    GC_HD pack load4(int, int m, int n) const { return {*(const float4*)((const float*)bias + n), m % 3}; }
+    template <typename T> GC_HD void run4(const pack& q, int b, int, int, T* v) const {
+        const float w[4] = {q.bias.x, q.bias.y, q.bias.z, q.bias.w};
+        for (int j = 0; j < 4; j++) {
+            const T x = v[j] + T(w[j]) + T(0.25) * q.m3 - T(b);
+            v[j] = x > T(0) ? x : T(0);
+        }
+    }
+#endif
+};
 static ep_test make_ep(ep_test*, const void* bias) { return ep_test{bias}; }
+static ep_test_runs make_ep(ep_test_runs*, const void* bias) { return ep_test_runs{{bias}}; }
 static gc_ep_store make_ep(gc_ep_store*, const void*) { return gc_ep_store{}; }
 
 // <what><i>.bin from dir into device memory, `shift` elements past a 256-byte boundary.
@@ -125,6 +142,7 @@ class Case:
     sc: int | None = None
     shift: int = 0              # A starts this many elements past an aligned address
     ep: bool = False            # ep_test instead of gc_ep_store
+    runs: bool = False          # with ep: ep_test_runs (the epilogue on runs of 4 columns, float32)
     tf32: bool = False          # compare with the tf32 tolerance
     nans: bool = False          # op(A)[0, 0:2] are NaNs (0x7fffffff, CUDA's, and its negation): C's row 0 is NaN
     expect_error: str | None = None
@@ -136,7 +154,7 @@ class Case:
 
     def call(self, index: int) -> str:
         sa, sb, sc = self.strides()
-        ep = "ep_test" if self.ep else "gc_ep_store"
+        ep = ("ep_test_runs" if self.runs else "ep_test") if self.ep else "gc_ep_store"
         if self.rows:
             return (f"run_rows_case<float, {str(self.ta).lower()}, {str(self.tb).lower()}, {self.tile}, {ep}>(dir, "
                     f"{index}, {self.m}, {self.n}, {self.k}, {int(self.rows == 'u8')}, {int(self.index)}, {self.shift})")

@@ -162,6 +162,22 @@ def cases() -> list[H.Case]:
                 ]
             out.append(C("float32", ta, tb, "gc_tile<64, 64, 32, 32, 32, 1, 1, 112, 72, 304, 3>", 112, 72, 304,
                          tf32=True, rows="u8", shift=4))
+    # epilogues on runs of 4 columns (ep_test_runs, N a multiple of the tile's): packs loaded into registers
+    # while the first K steps load (4 x 4 and 8 x 4 blocks; the plain and the pipelined kernel, K groups), too
+    # many packs to keep (8 x 8: loaded at the end), a split's reduction; rows past M, A read in place
+    for ta in (False, True):
+        for tb in (False, True):
+            for tile, m, n, k in (("gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 64, 300>", 100, 64, 300),
+                                  ("gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 64, 300, 4>", 100, 64, 300),
+                                  ("gc_tile<64, 64, 16, 8, 4, 0, 1, 100, 128, 300>", 100, 128, 300),
+                                  ("gc_tile<64, 64, 16, 8, 4, 0, 1, 100, 128, 300, 4, 2>", 100, 128, 300),
+                                  ("gc_tile<64, 64, 16, 8, 8, 0, 1, 100, 128, 300, 4>", 100, 128, 300),
+                                  ("gc_tile<32, 32, 16, 4, 4, 0, 4, 100, 64, 1000, 4>", 100, 64, 1000)):
+                out.append(C("float32", ta, tb, tile, m, n, k, ep=True, runs=True))
+    out += [C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 64, 300>", 100, 64, 300, ep=True,
+              runs=True, rows="u8"),
+            C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 64, 300, 4>", 100, 64, 300, ep=True,
+              runs=True, rows="f32")]
     for precision in ("fp32", "tf32"):   # the MLP's GEMMs as the trainer runs them: rows by index, float ones
         for m, n, k, ta in ((1000, 256, 784, False), (784, 256, 1000, True), (128, 256, 784, False),
                             (784, 256, 128, True)):   # for a pipelined fp32 tile (GC_X_FLOAT), else uint8

@@ -382,3 +382,36 @@ def test_heads_match_numpy(target):
     got = check_against_numpy(outputs, feeds, target, rtol=1e-4, atol=1e-5, executor=executor)
     for a, b in zip(got, executor.run(feeds)):          # the blocks' partials are summed in a fixed order
         assert a.tobytes() == b.tobytes()
+
+
+def test_gemm_epilogues_on_runs_of_four_columns():
+    """A GEMM epilogue's runs (cuda, gc_gemm_cuda.cuh): operands along C's row (the bias b1 at n, W1 at
+    (m, n) in the update) move as 16-byte vectors, those that do not depend on n (lr, the guard's flag) as
+    one value a run; an epilogue reading an operand across the row (transposed) has none."""
+    src = compile_program(mlp_program(128), "cuda")
+    forward, dw1 = src.kernels["train"][0].values, src.kernels["train"][3].values
+    assert [(f["vector"], f["index"]) for f in forward["epilogue"]["runs"]["fields"]] == [(True, "(int64_t)n")]
+    fields = dw1["epilogue"]["runs"]["fields"]
+    assert sorted((f["vector"], f["ctype"], f["index"]) for f in fields) == [
+        (False, "float", "0"), (False, "int32_t", "0"), (True, "float", "(int64_t)m * 256 + (int64_t)n")]
+    # the lanes read the pack: q.f<i>.v[j] for a vector, q.f<i> for one value
+    body = " ".join(dw1["epilogue"]["runs"]["stmts"])
+    assert ".v[j]" in body and "(A + " not in body
+    assert "static constexpr bool runs = true;" in src.source and "run4(const pack& q" in src.source
+
+    x, w, t = gc.placeholder("x", (64, 32)), gc.placeholder("w", (32, 48)), gc.placeholder("t", (48, 64))
+    y = gc.relu(x @ w + gc.transpose(t))
+    gemm = next(k for k in compile_program([y], "cuda").kernels["eval"] if k.kind == "matmul")
+    assert gemm.values["epilogue"] and gemm.values["epilogue"]["runs"] is None
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gemm_epilogues_on_runs_match_numpy(target):
+    """A GEMM whose epilogue reads a row, a matrix at C's own index and a scalar (runs with vector and scalar
+    fields, N a multiple of the tile's), against numpy."""
+    r = np.random.RandomState(5)
+    x, w = gc.placeholder("x", (100, 96)), gc.placeholder("w", (96, 128))
+    bias, skip, s = gc.placeholder("bias", (128,)), gc.placeholder("skip", (100, 128)), gc.placeholder("s", ())
+    y = gc.relu(x @ w + bias) * s + skip
+    feeds = {n: r.uniform(-1, 1, n.shape).astype(np.float32) for n in (x, w, bias, skip, s)}
+    check_against_numpy([y], feeds, target, rtol=1e-5, atol=1e-5)

@@ -450,6 +450,7 @@ class GroupCode:
         self.var = {m: f"v{k}" for k, m in enumerate(self.members)}
         self.accumulators = {}        # (combine, input) -> accumulator name: identical reductions share one
         self.vectors = None           # while the vector loop is written: {"load"|"store": {node: array name}}
+        self.packed = None            # while an epilogue's runs are written: {(node, index): pack field}
 
     # --- expressions ----------------------------------------------------------------------------
     def index(self, coef, context: str) -> str:
@@ -484,8 +485,30 @@ class GroupCode:
         x = m.inputs[k]
         if x in self.inside:
             return self.var[x]
-        index = self.index(self.layout.operand_coef(m, k), context)
-        return self.lane(self.group.external[x], index, "load") or self.lowering.operand(self.group.external[x], index)
+        coef = self.layout.operand_coef(m, k)
+        index = self.index(coef, context)
+        node = self.group.external[x]
+        if self.packed is not None and not is_literal(storage_root(node)):
+            return self.pack_field(node, coef, index)
+        return self.lane(node, index, "load") or self.lowering.operand(node, index)
+
+    def pack_field(self, node: Node, coef, index: str) -> str:
+        """In an epilogue's runs: lane j's value of an operand read at `index` — a field of the run's pack,
+        a 16-byte vector where the operand lies along the row (n's coefficient 1, the others and the offset
+        multiples of 4 elements of 4 bytes), one value for the run where it does not depend on n; else the
+        epilogue has no runs (self.packed["ok"] False)."""
+        fields = self.packed["fields"]
+        cn, others = coef[-1], coef[:-1]
+        size = np.dtype(node.dtype).itemsize
+        vector = (cn == 1 and size == 4 and all(c % VECTOR == 0 for c in others)
+                  and self.lowering.plan.offset_of(node, self.lowering.direction) % (VECTOR * size) == 0)
+        if cn != 0 and not vector:
+            self.packed["ok"] = False
+            return self.lowering.operand(node, index)
+        field = fields.setdefault((node, index), {"name": f"f{len(fields)}", "ctype": C_TYPES[node.dtype],
+                                                  "vector": vector, "pointer": self.lowering.pointer(node),
+                                                  "index": index})
+        return f"q.{field['name']}.v[j]" if vector else f"q.{field['name']}"
 
     def lane(self, node: Node, index: str, move: str) -> str | None:
         """In the vector loop: lane j of the vector that loads (or stores) node, when node is accessed at the
@@ -715,8 +738,27 @@ class GroupCode:
         for m in self.members:
             self.define(m, "gemm", stmts, done)
         stores = [self.store(m, "gemm") for m in written if m is not stored]
+        runs = None if stores else self.epilogue_runs()
         return {"stmts": stmts, "stores": stores, "value": self.var[stored],
-                "ctype": C_TYPES[matmul.dtype]}, stored
+                "ctype": C_TYPES[matmul.dtype], "runs": runs}, stored
+
+    def epilogue_runs(self) -> dict | None:
+        """The same epilogue on runs of 4 columns (cuda; gc_gemm_cuda.cuh's `runs`): the operands each lane
+        reads go into a pack loaded at once (pack_field), so a kernel may load a thread's packs into registers
+        while its first K steps are on their way, then compute the lanes. None where an operand is read
+        across the row otherwise (a transposed one) or the epilogue stores values of its own."""
+        if self.members[0].dtype != "float32":
+            return None
+        self.packed = {"fields": {}, "ok": True}
+        stmts, done = [], set()
+        try:
+            for m in self.members:
+                self.define(m, "gemm", stmts, done)
+        finally:
+            packed, self.packed = self.packed, None
+        if not packed["ok"]:
+            return None
+        return {"fields": list(packed["fields"].values()), "stmts": stmts}
 
 
 def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32",
