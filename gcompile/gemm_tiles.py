@@ -115,7 +115,10 @@ class Tile:
 # 4.67 -> 4.58 and b128 3.63 -> 3.40). Tiles of 256 threads, for more warps an SM (64 x 64 / 4 x 4 register-
 # staged and pipelined, 128 x 64 / 8 x 4 pipelined), were slower at every MLP shape (H100, one sweep at 7aefa5a,
 # best of them against the chosen: b128 x @ W1 7.57 vs 6.85 us, dW1 5.46 vs 4.22; b1000 x @ W1 18.82 vs 15.84,
-# dW1 17.24 vs 16.87): not kept.
+# dW1 17.24 vs 16.87): not kept. Nor four or eight K groups (32 x 32 x 16 / 4 x 4 and 32 x 32 x 32 / 4 x 4
+# kw4, kw8, 32 x 64 and 64 x 64 kw4, the copies made by the threads a step needs; H100, one sweep at 794a4f4):
+# slower at every MLP shape (best of them, b128 x @ W1 7.31 vs 6.67 us, dW1 4.46 vs 4.23; b1000 x @ W1 27.1
+# vs 16.4).
 TILES = {
     "fp32": [Tile(128, 128, 8, 8, 8), Tile(64, 64, 16, 8, 4), Tile(64, 64, 32, 8, 4), Tile(64, 32, 16, 4, 4),
              Tile(32, 64, 16, 4, 4), Tile(32, 64, 32, 4, 4), Tile(32, 32, 16, 4, 4), Tile(32, 32, 32, 4, 4),

@@ -164,7 +164,8 @@ def cases() -> list[H.Case]:
                          tf32=True, rows="u8", shift=4))
     # epilogues on runs of 4 columns (ep_test_runs, N a multiple of the tile's): packs loaded into registers
     # while the first K steps load (4 x 4 and 8 x 4 blocks; the plain and the pipelined kernel, K groups), too
-    # many packs to keep (8 x 8: loaded at the end), a split's reduction; rows past M, A read in place
+    # many packs to keep (8 x 8: loaded at the end), splits (their reduction's runs, fp32 and tf32); rows past
+    # M, A read in place
     for ta in (False, True):
         for tb in (False, True):
             for tile, m, n, k in (("gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 64, 300>", 100, 64, 300),
@@ -174,6 +175,10 @@ def cases() -> list[H.Case]:
                                   ("gc_tile<64, 64, 16, 8, 8, 0, 1, 100, 128, 300, 4>", 100, 128, 300),
                                   ("gc_tile<32, 32, 16, 4, 4, 0, 4, 100, 64, 1000, 4>", 100, 64, 1000)):
                 out.append(C("float32", ta, tb, tile, m, n, k, ep=True, runs=True))
+            # tf32 splits: their reduction takes runs of 4 too (the plain and the pipelined tensor-core kernel)
+            for tile, m, n, k in (("gc_tile<32, 64, 32, 16, 32, 1, 4, 100, 64, 1000>", 100, 64, 1000),
+                                  ("gc_tile<64, 64, 32, 32, 32, 1, 2, 112, 128, 304, 3>", 112, 128, 304)):
+                out.append(C("float32", ta, tb, tile, m, n, k, ep=True, runs=True, tf32=True))
     out += [C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 64, 300>", 100, 64, 300, ep=True,
               runs=True, rows="u8"),
             C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 64, 300, 4>", 100, 64, 300, ep=True,
