@@ -286,26 +286,35 @@ __device__ __forceinline__ void gc_gemm_prefetch(const Ep& ep, int b, int m0, in
     }
 }
 
-// The packs of a thread's NR runs of 4 (an fp32 tile's TM x TN accumulators, run i at acc + 4 i) where
-// the functor has them, the tile's runs are whole (the tile divides N) and the block applies its own
-// epilogue (no split): load() at the start, apply() on the sums. ON false: nothing (the L1 prefetch).
+// The epilogue's operands of a thread's NR runs of 4 (an fp32 tile's TM x TN accumulators, run v at acc +
+// 4 i): ON where the functor has packs, the tile's runs are whole (the tile divides N) and the block applies
+// its own epilogue (no split). load() while the first K steps are on their way, apply() to each run's sums
+// (gc_gemm_finish): the packs into registers, then run4; ON false: the L1 prefetch (gc_gemm_prefetch, not for
+// split tiles), then the functor's own loads.
 template <class Ep, int NR, bool ON> struct gc_gemm_packs {
-    static constexpr bool on = false;
+    template <int RUN, bool CM, bool CN, int S, typename T, class ForRuns>
+    __device__ __forceinline__ void load(const Ep& ep, int b, int m0, int n0, int M, int N, const T*,
+                                         ForRuns&& for_runs) {
+        if constexpr (S == 1) gc_gemm_prefetch<RUN, CM, CN, T>(ep, b, m0, n0, M, N, for_runs);
+    }
+    template <int RUN, bool CM, bool CN, typename T>
+    __device__ __forceinline__ void apply(const Ep& ep, int b, int m, int n, int M, int N, const T*, T* v) const {
+        gc_gemm_epilogue<RUN, CM, CN>(ep, b, m, n, M, N, v);
+    }
 };
 template <class Ep, int NR> struct gc_gemm_packs<Ep, NR, true> {
-    static constexpr bool on = true;
     typename Ep::pack pk[NR];
-    template <bool CM, typename T, class ForRuns>
-    __device__ __forceinline__ void load(const Ep& ep, int b, int m0, int n0, int M, const T* acc, ForRuns&& for_runs) {
+    template <int RUN, bool CM, bool CN, int S, typename T, class ForRuns>
+    __device__ __forceinline__ void load(const Ep& ep, int b, int m0, int n0, int M, int, const T* acc,
+                                         ForRuns&& for_runs) {
+        static_assert(RUN == 4 && S == 1, "gc_gemm_packs: runs of 4 of a block's own epilogue");
         for_runs([&](int row, int col, T* v) {
             if (!CM || m0 + row < M) pk[(v - acc) / 4] = ep.load4(b, m0 + row, n0 + col);
         });
     }
-    template <bool CM, typename T, class ForRuns>
-    __device__ __forceinline__ void apply(const Ep& ep, int b, int m0, int n0, int M, const T* acc, ForRuns&& for_runs) {
-        for_runs([&](int row, int col, T* v) {
-            if (!CM || m0 + row < M) ep.run4(pk[(v - acc) / 4], b, m0 + row, n0 + col, v);
-        });
+    template <int RUN, bool CM, bool CN, typename T>
+    __device__ __forceinline__ void apply(const Ep& ep, int b, int m, int n, int M, int, const T* acc, T* v) const {
+        if (!CM || m < M) ep.run4(pk[(v - acc) / 4], b, m, n, v);
     }
 };
 
@@ -427,12 +436,16 @@ struct gc_gemm_block {
 // without a split, the epilogue and the stores; with one (sm_90), once free_smem() has made the shared
 // memory free (the register-staged kernel's loop ends at a barrier; the pipelined ones wait for theirs),
 // the partial tile into shared memory and the cluster's sum.
+// packs, acc: the block's epilogue operands (gc_gemm_packs) and the accumulators they are indexed by.
 template <int RUN, int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep, class ForRuns,
-          class FreeSmem>
+          class FreeSmem, class Packs = gc_gemm_packs<Ep, 1, false>>
 __device__ __forceinline__ void gc_gemm_finish(T* smem, const Ep& ep, int b, int m0, int n0, int M, int N, T* C,
-                                               bool vc, ForRuns&& for_runs, FreeSmem&& free_smem) {
+                                               bool vc, ForRuns&& for_runs, FreeSmem&& free_smem,
+                                               const Packs& packs = Packs(), const T* acc = nullptr) {
     if constexpr (S == 1) {
-        for_runs([&](int row, int col, T* v) { gc_gemm_epilogue<RUN, CM, CN>(ep, b, m0 + row, n0 + col, M, N, v); });
+        for_runs([&](int row, int col, T* v) {
+            packs.template apply<RUN, CM, CN>(ep, b, m0 + row, n0 + col, M, N, acc, v);
+        });
         for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, CM, CN>(C, m0 + row, n0 + col, M, N, v, vc); });
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -592,10 +605,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
 
     if (ktiles > 0) load(ga0, gb0, 0);
     gc_gemm_packs<Ep, TM * TN / 4, !TC && S == 1 && EN && gc_ep_packed<Ep, TM * TN / 4>::value> packs;
-    if constexpr (decltype(packs)::on)   // while tile 0 is on its way
-        packs.template load<!EM>(p.ep, b, m0, n0, M, &acc[0][0], for_runs);
-    else if constexpr (S == 1)   // (split tiles: not yet)
-        gc_gemm_prefetch<RUN, !EM, !EN, T>(p.ep, b, m0, n0, M, N, for_runs);
+    packs.template load<RUN, !EM, !EN, S>(p.ep, b, m0, n0, M, N, &acc[0][0], for_runs);   // while tile 0 loads
     if (ktiles > 0) store(ga0, gb0, 0);
     if (DEEP && ktiles > 1) load(ga1, gb1, 1);
     if (DEEP && ktiles > 2) load(ga0, gb0, 2);
@@ -616,13 +626,9 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
     }
 
-    if constexpr (decltype(packs)::on) {
-        packs.template apply<!EM>(p.ep, b, m0, n0, M, &acc[0][0], for_runs);
-        gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(smem, gc_ep_store(), b, m0, n0, M, N, C, p.vc, for_runs, [] {});
-    } else {
-        gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc, for_runs,
-                                                        [] {});   // (the loop's last barrier freed the buffers)
-    }
+    gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc, for_runs,
+                                                    [] {},   // (the loop's last barrier freed the buffers)
+                                                    packs, &acc[0][0]);
 }
 
 // ---- the pipelined kernel (tiles with STAGES > 0) -------------------------------------------------------
@@ -715,13 +721,17 @@ struct gc_pipe_operand {
     int to, k1, x1, x_left;
     bool vec;
 
+    // This thread's first copy: element (k1, x1) of the step (vec: 16-byte copies along the rows).
+    __device__ __forceinline__ static void place(bool vector, int& k1, int& x1) {
+        const int t = threadIdx.x;
+        if (vector) { k1 = t / ROW; x1 = t % ROW * W; }
+        else if (ALONG) { k1 = t / X; x1 = t % X; }
+        else { k1 = t % 8; x1 = t / 8; }
+    }
     // src: the matrix's element (k, x) = (0, x0); x_left: x left in the matrix from x0.
     __device__ __forceinline__ gc_pipe_operand(const T* src, long long ld_, int x_left_, bool vec_)
         : ld(ld_), x_left(x_left_), vec(ALONG && vec_) {
-        const int t = threadIdx.x;
-        if (vec) { k1 = t / ROW; x1 = t % ROW * W; }
-        else if (ALONG) { k1 = t / X; x1 = t % X; }
-        else { k1 = t % 8; x1 = t / 8; }
+        place(vec, k1, x1);
         from = src + (ALONG ? k1 * ld + x1 : x1 * ld + k1);
         to = k1 * LD + x1;
     }
@@ -776,10 +786,7 @@ struct gc_pipe_rows {
     __device__ __forceinline__ gc_pipe_rows(const T* source, const uint32_t* idx_, long long ld_, int x0_, int kb_,
                                             int x_left_, bool vec_)
         : src(source), idx(idx_), ld(ld_), x0(x0_), kb(kb_), x_left(x_left_), vec(ALONG && vec_) {
-        const int t = threadIdx.x;
-        if (vec) { k1 = t / ROW; x1 = t % ROW * W; }
-        else if (ALONG) { k1 = t / X; x1 = t % X; }
-        else { k1 = t % 8; x1 = t / 8; }
+        Plain::place(vec, k1, x1);
         to = k1 * LD + x1;
         if constexpr (!ALONG) {
 #pragma unroll
@@ -904,11 +911,8 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     // which applies it) while the first steps are on their way (split tiles: not yet).
     gc_gemm_packs<Ep, TM * TN / 4, S == 1 && Block::EN && gc_ep_packed<Ep, TM * TN / 4>::value> packs;
     gc_pipeline<ST, BK / KW>(g.ktiles, load, [&] {
-        if constexpr (decltype(packs)::on) {
-            if (group == 0) packs.template load<!Block::EM>(p.ep, g.b, g.m0, g.n0, g.M, &acc[0][0], for_runs);
-        } else if constexpr (S == 1) {
-            if (group == 0) gc_gemm_prefetch<4, !Block::EM, !Block::EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
-        }
+        if (group == 0)
+            packs.template load<4, !Block::EM, !Block::EN, S>(p.ep, g.b, g.m0, g.n0, g.M, g.N, &acc[0][0], for_runs);
     }, [&](int buf, int k, int set) { fragments(smem + buf * STAGE, k * KW + group, a[set], bv[set]); }, [&](int set) {
 #pragma unroll
         for (int i = 0; i < TM; i++)
@@ -933,17 +937,10 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
             });
     }
     // (with K groups, group 0's sums are the block's: only it stores them, into the places it read group 1's)
-    const auto free_smem = [] {
+    gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc,
+                                                                  [&](auto&& f) { if (group == 0) for_runs(f); }, [] {
         if constexpr (KW == 1) __syncthreads();   // every warp is past its last reads of the buffers
-    };
-    if constexpr (decltype(packs)::on) {
-        if (group == 0) packs.template apply<!Block::EM>(p.ep, g.b, g.m0, g.n0, g.M, &acc[0][0], for_runs);
-        gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, gc_ep_store(), g.b, g.m0, g.n0, g.M, g.N,
-                                                                      C, p.vc, [&](auto&& f) { if (group == 0) for_runs(f); }, free_smem);
-    } else {
-        gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc,
-                                                                      [&](auto&& f) { if (group == 0) for_runs(f); }, free_smem);
-    }
+    }, packs, &acc[0][0]);
 }
 
 // Whether this device launches thread-block clusters (asked once).

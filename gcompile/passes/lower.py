@@ -168,6 +168,10 @@ class Lowering:
         ctype = C_TYPES[node.dtype]
         return f"(({'const ' if const else ''}{ctype}*)(A + {self.plan.offset_of(node, self.direction)}))"
 
+    def vector_aligned(self, node: Node) -> bool:
+        """Whether node's buffer starts on a vector of VECTOR of its elements (16 bytes of float32)."""
+        return self.plan.offset_of(node, self.direction) % (VECTOR * np.dtype(node.dtype).itemsize) == 0
+
     def operand(self, node: Node, index_expr: str) -> str:
         """C expression of one element of an input: scalar constants become literals."""
         root = storage_root(node)
@@ -499,9 +503,8 @@ class GroupCode:
         epilogue has no runs (self.packed["ok"] False)."""
         fields = self.packed["fields"]
         cn, others = coef[-1], coef[:-1]
-        size = np.dtype(node.dtype).itemsize
-        vector = (cn == 1 and size == 4 and all(c % VECTOR == 0 for c in others)
-                  and self.lowering.plan.offset_of(node, self.lowering.direction) % (VECTOR * size) == 0)
+        vector = (cn == 1 and np.dtype(node.dtype).itemsize == 4 and all(c % VECTOR == 0 for c in others)
+                  and self.lowering.vector_aligned(node))
         if cn != 0 and not vector:
             self.packed["ok"] = False
             return self.lowering.operand(node, index)
@@ -515,7 +518,7 @@ class GroupCode:
         element's own index `o` in a buffer aligned to the vector; None otherwise (a scalar access)."""
         if self.vectors is None or index != "o" or is_literal(storage_root(node)):
             return None
-        if self.lowering.plan.offset_of(node, self.lowering.direction) % (VECTOR * np.dtype(node.dtype).itemsize):
+        if not self.lowering.vector_aligned(node):
             return None
         arrays = self.vectors[move]
         name = arrays.setdefault(node, f"{'in' if move == 'load' else 'out'}{len(arrays)}")
