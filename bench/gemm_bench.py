@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gcompile import gemm_tiles  # noqa: E402
-from gcompile.build import detect_arch  # noqa: E402
+from gcompile.build import detect_arch, gencode_flags  # noqa: E402
 from gcompile.gemm_tiles import candidates, choose_tile  # noqa: E402
 from gcompile.resources import package_dir  # noqa: E402
 
@@ -132,9 +132,9 @@ def table_source(cases: list[dict], trials: int) -> str:
 
 def build(cases: list[dict], workdir: Path, trials: int, arch: str | None = None) -> Path:
     """Compile the case functions (in parallel, a few per unit) and the driver; link with cuBLAS."""
-    arch = arch or detect_arch() or "sm_90"
+    gencode = gencode_flags(arch or detect_arch() or "sm_90")   # sm_90: sm_90a machine code (wgmma tiles)
     include, link = find_cublas()
-    flags = ["-O3", "-std=c++17", f"-arch={arch}", "--default-stream", "per-thread",
+    flags = ["-O3", "-std=c++17", *gencode, "--default-stream", "per-thread",
              "-I", str(package_dir("runtime")), "-I", str(Path(__file__).resolve().parent), "-I", str(workdir),
              *include]
     (workdir / "gemm_cases.h").write_text(table_source(cases, trials))
@@ -155,7 +155,7 @@ def build(cases: list[dict], workdir: Path, trials: int, arch: str | None = None
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr[-4000:]}")
     exe = workdir / "gemm_bench"
-    r = subprocess.run(["nvcc", f"-arch={arch}", *map(str, objects), "-o", str(exe), *link],
+    r = subprocess.run(["nvcc", *gencode, *map(str, objects), "-o", str(exe), *link],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"linking the GEMM benchmark failed:\n{r.stderr[-4000:]}")

@@ -69,15 +69,31 @@ def detect_arch() -> str | None:
 def gencode_flags(arch: str) -> list[str]:
     """nvcc -gencode flags for `arch`: a comma-separated list of sm_XY (machine code for that architecture)
     and compute_XY (PTX for it, which the driver compiles for newer GPUs), e.g. "sm_80,sm_90,compute_90".
-    What the list names is what the binary holds: "sm_80" alone cannot run on an sm_90 GPU."""
+    What the list names is what the binary holds: "sm_80" alone cannot run on an sm_90 GPU. sm_90's machine
+    code is sm_90a's, which runs on every GPU of compute capability 9.0 (the H100, H200) and has Hopper's own
+    instructions (wgmma: the wgmma tiles, runtime/gc_gemm_wgmma.cuh); compute_90's PTX stays portable."""
     flags = []
     for item in arch.split(","):
         kind, _, number = item.strip().partition("_")
         if kind not in ("sm", "compute") or not re.fullmatch(r"\d{2,3}[a-z]?", number):
             raise BuildError(f"arch {arch!r}: {item.strip()!r} is not sm_XY or compute_XY (e.g. sm_90, "
                              "sm_80,compute_80)")
+        if kind == "sm" and number == "90":
+            number = "90a"
         flags.append(f"-gencode=arch=compute_{number},code={kind}_{number}")
     return flags
+
+
+def check_wgmma_arch(kernels: dict, arch: str) -> None:
+    """A program whose GEMMs have wgmma tiles (precision tf32 on the sm_90 calibration) runs on sm_90a machine
+    code only: refuse an arch list without sm_90 before nvcc runs, naming the GEMMs."""
+    from .gemm_tiles import Tile
+    wgmma = [k.name for ks in kernels.values() for k in ks
+             if k.kind == "matmul" and Tile.parse(k.values["tile"])[0].wgmma]
+    if wgmma and not {item.strip() for item in arch.split(",")} & {"sm_90", "sm_90a"}:
+        raise BuildError(f"arch {arch!r}: the GEMMs {', '.join(wgmma)} have wgmma tiles (tf32 tensor cores of the "
+                         "H100 and H200), which need sm_90 machine code: add sm_90 to the arch list, or build with "
+                         "precision fp32")
 
 
 def compile_flags(target: str, arch: str | None, cudart: str = "static",
@@ -223,6 +239,8 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
+    if target == "cuda":
+        check_wgmma_arch(compiled.kernels, arch or detect_arch() or DEFAULT_CUDA_ARCH)
     settings = build_settings(target, compiler, flags, link_flags, compiled.kernel_parts)
     parts = part_commands(target, compiler, flags, compiled.kernel_parts)
 

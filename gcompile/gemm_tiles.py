@@ -55,21 +55,31 @@ class Tile:
     bk: int
     tm: int
     tn: int
-    tf32: int = 0
+    tf32: int = 0     # 1: mma.sync tensor cores (a warp's TM x TN); 2: wgmma (sm_90a, a warpgroup's 64 x TN)
     stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
     kw: int = 1       # fp32 pipelined tiles: groups of threads sharing out each K step's k (KW of gc_tile)
 
     @property
     def threads(self) -> int:
-        return (self.bm // self.tm) * (self.bn // self.tn) * (32 if self.tf32 else 1) * self.kw
+        return (self.bm // self.tm) * (self.bn // self.tn) * (128 if self.wgmma else 32 if self.tf32 else 1) * self.kw
+
+    @property
+    def wgmma(self) -> bool:
+        return self.tf32 == 2
 
     @property
     def name(self) -> str:
-        return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{'tf32' if self.tf32 else 'fp32'}"
+        kind = "wgmma" if self.wgmma else "tf32" if self.tf32 else "fp32"
+        return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{kind}"
                 + (f"/cp{self.stages}" if self.stages else "") + (f"/kw{self.kw}" if self.kw > 1 else ""))
 
     def smem_bytes(self, split: int = 1) -> int:
-        if self.tf32 and self.stages:   # gc_gemm_tc_kernel: k-major rows of X + 4 or x-major of BK + 8 words
+        if self.wgmma:   # gc_gemm_wg_kernel: 8-row groups of 32 BK + 16 bytes (gc_wg_layout), or one side as
+            layout = lambda x: x // 8 * (32 * self.bk + 16)  # noqa: E731 - stored rows of x + 8 (gc_wg_rows)
+            rows = lambda x: self.bk * (x + 8) * 4  # noqa: E731 - (the larger of the transposes' kinds)
+            pipeline = self.stages * max(layout(self.bm) + layout(self.bn), layout(self.bm) + rows(self.bn),
+                                         rows(self.bm) + layout(self.bn))
+        elif self.tf32 and self.stages:   # gc_gemm_tc_kernel: k-major rows of X + 4 or x-major of BK + 8 words
             side = lambda x: max(self.bk * (x + 4), x * (self.bk + 8))  # noqa: E731 - the larger of the two
             pipeline = self.stages * (side(self.bm) + side(self.bn)) * 4
         else:
@@ -99,7 +109,7 @@ class Tile:
     def parse(text: str) -> tuple["Tile", int]:
         """(tile, split) of a `c_type` text."""
         v = [int(x) for x in text.strip().removeprefix("gc_tile<").removesuffix(">").split(",")]
-        return Tile(*v[:6], stages=v[10] if len(v) > 10 else 0, kw=v[11] if len(v) > 11 else 1), v[6]
+        return Tile(*v[:6], stages=v[10] if len(v) > 10 else 0, kw=v[11] if len(v) > 11 else 1), v[6] if len(v) > 6 else 1
 
     def c_type(self, split: int = 1, m: int = 0, n: int = 0, k: int = 0) -> str:
         tail = f", {self.stages}" if self.stages or self.kw > 1 else ""
@@ -135,7 +145,11 @@ TILES = {
              Tile(16, 64, 32, 16, 16, 1),
              # the tensor-core pipeline's mid tiles (gc_gemm_tc_kernel: 4 warps, cp.async 3-4 K steps deep)
              Tile(64, 64, 32, 32, 32, 1, stages=4), Tile(64, 32, 32, 32, 16, 1, stages=4),
-             Tile(32, 32, 32, 16, 16, 1, stages=4), Tile(64, 64, 64, 32, 32, 1, stages=3)],
+             Tile(32, 32, 32, 16, 16, 1, stages=4), Tile(64, 64, 64, 32, 32, 1, stages=3),
+             # wgmma (gc_gemm_wg_kernel, sm_90a): a warpgroup a TM x TN tile, cp.async STAGES - 2 steps ahead
+             Tile(64, 64, 32, 64, 64, 2, stages=4), Tile(64, 128, 32, 64, 128, 2, stages=4),
+             Tile(128, 64, 32, 128, 64, 2, stages=4), Tile(128, 128, 32, 64, 128, 2, stages=3),
+             Tile(64, 128, 16, 64, 128, 2, stages=6), Tile(128, 64, 16, 128, 64, 2, stages=6)],
 }
 
 

@@ -14,7 +14,9 @@
 // A tile configuration (gcompile/gemm_tiles.py chooses one per GEMM; the cpu target ignores it).
 //   BM x BN   the tile of C one block computes; K advances in steps of BK.
 //   TM x TN   TF32 = 0: the outputs one thread computes (fp32 FMAs, multiples of 4);
-//             TF32 = 1: the tile one warp computes with tf32 tensor cores (mma m16n8k8; multiples of 16 x 8).
+//             TF32 = 1: the tile one warp computes with tf32 tensor cores (mma m16n8k8; multiples of 16 x 8);
+//             TF32 = 2: the tile one warpgroup (4 warps) computes with wgmma (sm_90a; 64 x 64, 128 or 256):
+//             gc_gemm_wg_kernel (gc_gemm_wgmma.cuh), a pipelined kernel (STAGES >= 3).
 //   SPLIT     > 1: K is split over a cluster of SPLIT blocks (sm_90) whose partial tiles are summed in
 //             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
 //   SM SN SK  the static shape the GEMM was specialized for (0: any). Bounds checks on a dimension that the
@@ -30,7 +32,7 @@ template <int BM_, int BN_, int BK_, int TM_, int TN_, int TF32_, int SPLIT_ = 1
 struct gc_tile {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, TF32 = TF32_, SPLIT = SPLIT_;
     static constexpr int SM = SM_, SN = SN_, SK = SK_, STAGES = STAGES_, KW = KW_;
-    static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 ? 32 : 1) * KW;
+    static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 == 2 ? 128 : TF32 ? 32 : 1) * KW;
 };
 
 // The epilogue that stores the sum unchanged.

@@ -14,7 +14,8 @@
 //     bit-for-bit reproducible.
 // A second template, gc_gemm_pipe_kernel (tiles with STAGES > 0: the large problems' tile and two of the
 // catalogue's): the same fp32 register blocks, epilogue and split, fed by a cp.async pipeline STAGES steps
-// deep instead of registers (see there). A third, for tf32 tiles with STAGES > 0, is in gc_gemm_tc.cuh.
+// deep instead of registers (see there). A third, for tf32 tiles with STAGES > 0, is in gc_gemm_tc.cuh, and a
+// fourth, wgmma tiles (TF32 = 2, sm_90a), in gc_gemm_wgmma.cuh.
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 template <typename T, class Ep>
@@ -967,6 +968,9 @@ static int gc_dynamic_smem_limit(size_t smem) {
 // The tf32 tensor-core pipeline's launch (gc_gemm_tc.cuh: tiles with TF32 and STAGES > 0; RA too).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
+// The wgmma kernel's launch (gc_gemm_wgmma.cuh: tiles with TF32 = 2; RA from float rows).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
 
 // The fp32 pipelined kernel's launch (its dynamic shared memory; a cluster for a split).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
@@ -1003,7 +1007,9 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     cluster.val.clusterDim.x = 1;
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = S;
-    if constexpr (Tile::TF32 && Tile::STAGES > 0) {
+    if constexpr (Tile::TF32 == 2) {
+        return gc_gemm_wg_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
+    } else if constexpr (Tile::TF32 && Tile::STAGES > 0) {
         return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
     } else if constexpr (Tile::STAGES > 0) {   // rows read in place (RA): float rows only (gc_pipe_rows)
         if (RA && rows.u8)

@@ -238,8 +238,8 @@ static size_t gc_split_bytes(const gc_split* s) {
 }
 
 // A uint8 split's images as the steps see them (gc_pixel: u8 * scale, in float), for a cuda program whose
-// GEMMs read x in place with fp32 pipelined tiles (GC_X_FLOAT, emit.rows_as_floats): that kernel copies float
-// rows straight into shared memory (cp.async) and refuses uint8 ones, which it could not convert. Four times
+// GEMMs read x in place with fp32 pipelined or wgmma tiles (GC_X_FLOAT, emit.rows_as_floats): those kernels copy
+// float rows straight into shared memory (cp.async) and refuse uint8 ones, which they could not convert. Four times
 // the device memory for the images (MNIST's 60,000: 188 MB instead of 47), and the same values bit for bit.
 static int gc_split_as_floats(gc_split* s, double scale) {
     if (!GC_X_FLOAT || s->images.dtype != GC_U8 || !s->images.count) return GC_OK;

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from gcompile.build import compile_flags
+from gcompile.gemm_tiles import Tile
 from gcompile.resources import package_dir
 
 C_TYPES = {"float32": "float", "float64": "double"}
@@ -25,6 +26,7 @@ PRELUDE = """\
 #ifdef GC_CUDA
 #include "gc_gemm_cuda.cuh"
 #include "gc_gemm_tc.cuh"
+#include "gc_gemm_wgmma.cuh"
 #else
 #include "gc_kernels_cpu.h"
 #endif
@@ -148,6 +150,7 @@ class Case:
     expect_error: str | None = None
     rows: str | None = None     # A read in place (gc_rows) from a "u8" or "f32" source (float32, batch 1)
     index: bool = True          # rows: gathered by an index (else rows 0.. in order)
+    cuda_only: bool = False     # what it checks is the cuda kernels' (the cpu target ignores tiles)
 
     def strides(self):
         return (self.sa or self.m * self.k, self.sb or self.k * self.n, self.sc or self.m * self.n)
@@ -254,8 +257,10 @@ def reference(case: Case, a, b, bias):
 
 def tolerance(case: Case) -> float:
     """Relative bound on |C - C64| / (|op(A)| @ |op(B)|): per product, the operands' rounding (tf32: 10
-    mantissa bits, rounded to nearest, so 2^-11 each) and the float sum's (K steps of 2^-24 at worst), with a
-    factor 2 of slack; the epilogue's own rounding is added relative to |C|."""
+    mantissa bits, rounded to nearest, so 2^-11 each; the wgmma tiles' tensor cores truncate, 2^-10 each) and
+    the float sum's (K steps of 2^-24 at worst), with a factor 2 of slack; the epilogue's own rounding is added
+    relative to |C|."""
     eps = 2.0 ** -53 if case.dtype == "float64" else 2.0 ** -24
-    operand = 2 * 2.0 ** -11 if case.tf32 else 0.0
+    truncated = case.tf32 and "gc_tile<" in case.tile and Tile.parse(case.tile)[0].wgmma
+    operand = 2 * 2.0 ** (-10 if truncated else -11) if case.tf32 else 0.0
     return 2 * (operand + max(case.k, 1) * eps)

@@ -35,7 +35,8 @@ def test_default_target_falls_back_to_cpu(monkeypatch, capsys, gpu, nvcc, want):
 
 
 @pytest.mark.parametrize("arch,flags", [
-    ("sm_90", ["-gencode=arch=compute_90,code=sm_90"]),
+    ("sm_90", ["-gencode=arch=compute_90a,code=sm_90a"]),   # sm_90's machine code has Hopper's own instructions
+    ("sm_90,compute_90", ["-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_90,code=compute_90"]),
     ("sm_80,compute_80", ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_80,code=compute_80"]),
     ("sm_90a", ["-gencode=arch=compute_90a,code=sm_90a"]),
 ])

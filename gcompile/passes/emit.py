@@ -30,6 +30,7 @@ RUNTIME_KERNELS = {
     "cuda": [("gc_gemm.h", "the GEMM's tile type and plain-store epilogue"),
              ("gc_gemm_cuda.cuh", "GEMM: register-blocked fp32 / tf32 tensor cores, fused epilogue, split-K"),
              ("gc_gemm_tc.cuh", "GEMM: tf32 tensor cores fed by a cp.async pipeline"),
+             ("gc_gemm_wgmma.cuh", "GEMM: tf32 wgmma (Hopper) tensor cores fed by a cp.async pipeline"),
              ("gc_kernels_cuda.cuh", "generic CUDA kernels: fixed-order reductions for fused kernels, batch gather")],
     "cpu": [("gc_gemm.h", "the GEMM's tile type and plain-store epilogue"),
             ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM with epilogues, batch gather")],
@@ -183,13 +184,13 @@ def next_batch_hook(train: list, plan, module, target: str = "cpu") -> dict | No
 
 def rows_as_floats(kernels: list, target: str) -> bool:
     """Whether the cuda trainer gives the steps its uint8 images as floats (GC_X_FLOAT; gc_main.h,
-    gc_split_as_floats): where a GEMM that reads them in place has an fp32 pipelined tile, whose kernel copies
-    float rows straight into shared memory and refuses uint8 ones (the tensor-core pipeline reads both; the
-    register-staged kernel's and a chain's or post kernel's row loads convert as they read)."""
+    gc_split_as_floats): where a GEMM that reads them in place has an fp32 pipelined or a wgmma tile, whose
+    kernels copy float rows straight into shared memory and refuse uint8 ones (the mma.sync tensor-core pipeline
+    reads both; the register-staged kernel's and a chain's or post kernel's row loads convert as they read)."""
     if target != "cuda":
         return False
     tiles = [Tile.parse(k.values["tile"])[0] for k in kernels if k.kind == "matmul" and k.values["rows"]]
-    return any(tile.stages and not tile.tf32 for tile in tiles)
+    return any(tile.stages and tile.tf32 != 1 for tile in tiles)
 
 
 def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:

@@ -1,0 +1,640 @@
+// gc_gemm_wgmma.cuh — the Hopper tensor-core GEMM: tiles with TF32 = 2 (gc_gemm_launch in gc_gemm_cuda.cuh
+// dispatches here), tf32 products by wgmma.mma_async (sm_90a: the H100 and H200), a warpgroup of 4 warps a
+// TM x TN tile of C in 64-row blocks of wgmma m64nNk8. The tile, the epilogue functors, the block's place and
+// K slice (gc_gemm_block), split-K's cluster reduction (gc_gemm_finish) and the cp.async helpers are
+// gc_gemm_cuda.cuh's. tf32 wgmma reads its B operand from shared memory K-major only (no transposed form as
+// 16-bit types have), and its A operand from shared memory K-major or from registers in any order. So:
+//   * an operand stored with k contiguous (A without TA, B with TB) is copied by cp.async, 16-byte chunks,
+//     into the layout wgmma reads without a swizzle (core matrices of 8 rows x 4 k: gc_wg_layout);
+//   * the operand stored with its rows along k that wgmma takes from registers — A with TA; B without TB when A
+//     is K-major (x @ W: then the kernel computes C^T = op(B)^T op(A)^T, wgmma's M along C's n, so that B is
+//     wgmma's A) — is copied by cp.async as it is stored (gc_wg_rows), and each K step's fragments are read
+//     from there (4 loads of a k8 slice a 64-row block, no bank conflicts);
+//   * with TA and without TB (x^T @ g) B is the third kind: its K steps go through registers, loaded as
+//     16-byte vectors two steps ahead and stored transposed one step ahead (gc_wg_staged). (4-byte cp.async
+//     copies that transpose measured 11-13 cycles a warp's copy; a layout copied so by every block is what
+//     the role swap above avoids.)
+// STAGES buffers; the cp.async copies run STAGES - 2 steps ahead; a K step is BK / 8 wgmma a 64-row block,
+// asynchronous: the threads issue them and go on to the next steps' copies; a buffer is refilled once the
+// wgmma that read it were waited for (wgmma.wait_group 1 at each step's end: the step before it) by every
+// thread (the barrier at the next step's start). The tensor cores read an fp32 operand's top 19 bits: tf32
+// truncated, not rounded to nearest as gc_gemm_tc_kernel's are (docs/compiler.md gives the tolerance; a NaN
+// stays a NaN). The image input read in place (RA) comes from float rows only (cp.async does not convert
+// uint8): the cuda trainer gives such GEMMs floats (GC_X_FLOAT, emit.rows_as_floats), and gc_gemm refuses
+// uint8 rows for them. Built without sm_90a code (the compute_90 PTX of a build, or another GPU) the kernel
+// traps; gc_gemm refuses a wgmma tile on a GPU that is not compute capability 9.0 before launching it.
+#if GC_KERNELS   // the kernels part (gc_runtime.h)
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GC_WGMMA 1
+#else
+#define GC_WGMMA 0
+#endif
+
+// wgmma's ordering: fence (before the first wgmma of a batch, after the accumulators were last touched by
+// other instructions), commit (the wgmma issued since the last commit become a group), wait (until at most N
+// groups are pending); and the proxy fence that makes this thread's shared-memory writes (cp.async's here)
+// visible to the tensor cores, which read through the async proxy.
+__device__ __forceinline__ void gc_wgmma_fence() {
+#if GC_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void gc_wgmma_commit() {
+#if GC_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void gc_wgmma_wait() {
+#if GC_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void gc_fence_proxy_async() {
+#if GC_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+// The accumulators are the wgmma's operands while it runs: the compiler must neither move them nor read them
+// between the issue and the wait (an empty asm that "changes" each, before the first wgmma and after the wait).
+template <int N>
+__device__ __forceinline__ void gc_wgmma_hold(float* d) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+// A shared-memory matrix descriptor without swizzle: the start address, LBO (bytes from a core matrix to the
+// next along K) and SBO (to the next 8 rows), each in 16-byte units.
+__device__ __forceinline__ uint64_t gc_wgmma_desc(const void* smem, int lbo, int sbo) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
+}
+
+// d (a warpgroup's 64 x N accumulators, N / 2 a thread) += A (64 x 8) B (8 x N), tf32 operands, fp32 sums; B
+// read from shared memory through its descriptor, A through its descriptor (ss) or from registers (rs: a[0..3]
+// of gc_wg_rows::fragment's order). Thread t of the warpgroup holds d[4 j + 2 h + r] = (16 (t / 32) + (t % 32) / 4
+// + 8 h, 8 j + 2 (t % 4) + r) (gc_gemm_wg_kernel's for_runs).
+template <int N> struct gc_wgmma;
+template <> struct gc_wgmma<64> {
+    __device__ static __forceinline__ void ss(float* d, uint64_t a, uint64_t b) {
+#if GC_WGMMA
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                     "{"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                     "}, %32, %33, 1, 1, 1;"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(a), "l"(b));
+#endif
+    }
+    __device__ static __forceinline__ void rs(float* d, const uint32_t* a, uint64_t b) {
+#if GC_WGMMA
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                     "{"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                     "}, {%32, %33, %34, %35}, %36, 1, 1, 1;"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+    }
+};
+template <> struct gc_wgmma<128> {
+    __device__ static __forceinline__ void ss(float* d, uint64_t a, uint64_t b) {
+#if GC_WGMMA
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+                     "{"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, %64, %65, 1, 1, 1;"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "l"(a), "l"(b));
+#endif
+    }
+    __device__ static __forceinline__ void rs(float* d, const uint32_t* a, uint64_t b) {
+#if GC_WGMMA
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+                     "{"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, {%64, %65, %66, %67}, %68, 1, 1, 1;"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+    }
+};
+template <> struct gc_wgmma<256> {
+    __device__ static __forceinline__ void ss(float* d, uint64_t a, uint64_t b) {
+#if GC_WGMMA
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
+                     "{"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                     "}, %128, %129, 1, 1, 1;"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "l"(a), "l"(b));
+#endif
+    }
+    __device__ static __forceinline__ void rs(float* d, const uint32_t* a, uint64_t b) {
+#if GC_WGMMA
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
+                     "{"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                     "}, {%128, %129, %130, %131}, %132, 1, 1, 1;"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+    }
+};
+
+
+// One operand's K step in shared memory as wgmma reads it: X rows (M or N) of BK k, element (x, k) at byte
+// (x / 8) SBO + (k / 4) LBO + (x % 8) 16 + (k % 4) 4: LBO = 128 (the core matrices of a row group follow each
+// other along k), SBO = 32 BK + 16 (the row groups follow each other, 16 bytes apart: SBO = 16 mod 128 spreads
+// the transposing stores of gc_wg_staged over all 32 banks; gc_wg_async's 16-byte copies write whole core
+// matrices, conflict-free either way).
+template <int BK, int X>
+struct gc_wg_layout {
+    static constexpr int LBO = 128, SBO = BK * 32 + 16, CPR = BK / 4;   // CPR: core matrices (16-byte chunks) a row
+    static constexpr int BYTES = X / 8 * SBO;
+    static_assert(X % 32 == 0 && BK % 8 == 0, "gc_gemm: wgmma tile sides are multiples of 32 (X) and 8 (BK)");
+    __device__ static __forceinline__ int offset(int x, int k) {
+        return x / 8 * SBO + k / 4 * LBO + x % 8 * 16 + k % 4 * 4;
+    }
+};
+
+// Each helper below is made once per block, before the K loop: it works out this thread's places then (sources,
+// shared-memory offsets, which rows lie inside the matrix), and its sources move on by a step at each copy
+// (the copies are called for steps 0, 1, 2, ... in order), so that a step's copies are an add and a copy each
+// with compile-time offsets (the first version recomputed every place at every step: ~270 instructions a step
+// and warp; rematerialized places, ~200). A matrix is plain (base, its stored rows ld apart) or, INDEXED, the
+// image input read in place: stored row r is source row idx[r] (the block's indices, from its first row on).
+// CX / CK: x / k may run past the matrix (those copies are dead: zeros are copied in, nothing is read, and the
+// address they name is never dereferenced).
+
+// A K-major operand (its stored rows are x, k contiguous) into its gc_wg_layout by cp.async, 16-byte chunks
+// where vec allows: chunk j of the step is (x, k) = (8 (j / 8 / CPR) + j % 8, 4 (j / 8 % CPR)), so 8
+// consecutive chunks are the rows of one core matrix (a quarter warp's 128 bytes), read from runs of 64 bytes
+// of 8 rows; a thread's chunks are one k, rows XS apart. Else (odd or unaligned rows, rare) one element a copy.
+template <int BK, int X, int THREADS, bool CX, bool CK, bool INDEXED>
+struct gc_wg_async {
+    typedef gc_wg_layout<BK, X> L;
+    static constexpr int CPR = L::CPR, V = THREADS / 8, CHUNKS = X * CPR / THREADS, XS = V / CPR * 8;
+    static_assert((CPR & (CPR - 1)) == 0 && X * CPR % THREADS == 0 && V % CPR == 0,
+                  "gc_gemm: a wgmma step's copies do not share out");
+    const float* src[INDEXED ? CHUNKS : 1];   // this thread's chunks at the next step (plain: the first's)
+    const float* base;
+    const uint32_t* idx;
+    long long ld;
+    int x_left, kt, to;   // to: the shared-memory offset of its first chunk
+    unsigned live;        // bit i: chunk i's row is inside the matrix
+    bool vec;
+
+    // base: element (x0, k_begin) of a plain matrix, or (0, k_begin) of the indexed source; the block's x from 0.
+    __device__ __forceinline__ gc_wg_async(const float* base_, const uint32_t* idx_, long long ld_, int x_left_,
+                                           bool vec_)
+        : base(base_), idx(idx_), ld(ld_), x_left(x_left_), vec(vec_) {
+        const int u = threadIdx.x / 8, xt = u / CPR * 8 + threadIdx.x % 8;
+        kt = u % CPR * 4;
+        to = L::offset(xt, kt);
+        live = 0;
+#pragma unroll
+        for (int i = 0; i < CHUNKS; i++) {
+            if (INDEXED) src[i] = base + (long long)idx[xt + i * XS] * ld + kt;
+            live |= (unsigned)(!CX || xt + i * XS < x_left) << i;
+        }
+        if (!INDEXED) src[0] = base + xt * ld + kt;
+    }
+    // The next K step (k0 from the block's first k: k_left = the K left from it) into s (bytes).
+    __device__ __forceinline__ void copy(char* s, int k0, int k_left) {
+        if (vec) {   // k_left's chunks are whole (K a multiple of 4): wholly inside or outside
+            const bool in_k = !CK || kt < k_left;
+#pragma unroll
+            for (int i = 0; i < CHUNKS; i++)
+                gc_cp_async<16>(s + to + i * (XS / 8) * L::SBO, INDEXED ? src[i] : src[0] + i * XS * ld,
+                                in_k && (live >> i & 1));
+#pragma unroll
+            for (int i = 0; i < (INDEXED ? CHUNKS : 1); i++) src[i] += BK;
+        } else {
+#pragma unroll 1
+            for (int e = threadIdx.x; e < X * BK; e += THREADS) {
+                const int x = e / BK, k = e % BK;
+                const bool ok = (!CX || x < x_left) && (!CK || k < k_left);
+                const float* row = INDEXED ? base + (long long)idx[x] * ld : base + x * ld;
+                gc_cp_async<4>(s + L::offset(x, k), row + k0 + k, ok);
+            }
+        }
+    }
+};
+
+// The operand wgmma takes from registers, stored with its rows along k (x contiguous): its K step copied by
+// cp.async as it lies, BK rows of X floats padded to LD = X + 8 (so that a fragment read, 8 x by 4 k, hits 32
+// distinct banks), in 16-byte chunks along x where vec allows (a warp's 32 chunks one or more whole rows: a
+// thread's chunks are one x, rows KS apart), else element by element. fragment() reads a 64-row block's k8
+// slice in wgmma's (and mma.m16n8k8's) order for warp w of the warpgroup: a[0..3] = (16 w + g, t),
+// (16 w + g + 8, t), (16 w + g, t + 4), (16 w + g + 8, t + 4), lane = 4 g + t.
+template <int BK, int X, int THREADS, bool CX, bool CK, bool INDEXED>
+struct gc_wg_rows {
+    static constexpr int LD = X + 8, XC = X / 4, BYTES = BK * LD * 4, KS = THREADS / XC, CHUNKS = BK / KS;
+    static_assert(X % 32 == 0 && THREADS % XC == 0 && BK % KS == 0, "gc_gemm: a wgmma step's copies do not share out");
+    const float* src;   // plain: this thread's first chunk at the next step; INDEXED: the source at its x
+    const uint32_t* idx;
+    long long ld;
+    int x_left, xt, kt, to, from;   // from: this thread's first fragment element (floats into the step)
+    bool in_x, vec;
+
+    // base: element (k_begin, x0) of a plain matrix (its stored rows are k), or (0, x0) of the indexed source
+    // (idx from the block's first k on).
+    __device__ __forceinline__ gc_wg_rows(const float* base, const uint32_t* idx_, long long ld_, int x_left_,
+                                          bool vec_)
+        : idx(idx_), ld(ld_), x_left(x_left_), vec(vec_) {
+        xt = threadIdx.x % XC * 4;
+        kt = threadIdx.x / XC;
+        to = (kt * LD + xt) * 4;
+        in_x = !CX || xt < x_left;   // vec: x_left is a multiple of 4, a chunk is wholly inside or outside
+        from = threadIdx.x % 4 * LD + threadIdx.x % 128 / 32 * 16 + threadIdx.x % 32 / 4;
+        src = INDEXED ? base + xt : base + kt * ld + xt;
+    }
+    __device__ __forceinline__ void copy(char* s, int k0, int k_left) {
+        if (vec) {
+#pragma unroll
+            for (int i = 0; i < CHUNKS; i++) {
+                const int k = kt + i * KS;
+                gc_cp_async<16>(s + to + i * KS * LD * 4,
+                                INDEXED ? src + (long long)idx[k0 + k] * ld : src + i * KS * ld,
+                                in_x && (!CK || k < k_left));
+            }
+            if (!INDEXED) src += BK * ld;
+        } else {
+            float* d = reinterpret_cast<float*>(s);
+            const float* origin = INDEXED ? src - xt : src - kt * ld - xt + (long long)k0 * ld;   // (k0, 0)
+#pragma unroll 1
+            for (int e = threadIdx.x; e < X * BK; e += THREADS) {
+                const int k = e / X, x = e % X;
+                const bool ok = (!CX || x < x_left) && (!CK || k < k_left);
+                const float* row = INDEXED ? origin + (long long)idx[k0 + k] * ld : origin + k * ld;
+                gc_cp_async<4>(d + k * LD + x, row + x, ok);
+            }
+        }
+    }
+    // The fragment of rows x .. x + 63 (x: the block's first row, a compile-time offset from the warpgroup's),
+    // k slice [k, k + 8).
+    __device__ __forceinline__ void fragment(const char* s, int x, int k, uint32_t* a) const {
+        const float* f = reinterpret_cast<const float*>(s) + from + k * LD + x;
+        a[0] = __float_as_uint(f[0]);
+        a[1] = __float_as_uint(f[8]);
+        a[2] = __float_as_uint(f[4 * LD]);
+        a[3] = __float_as_uint(f[4 * LD + 8]);
+    }
+};
+
+// A K step of an MN-major operand that wgmma reads from shared memory (B without TB, when A has TA), through
+// registers: load() reads it (16-byte vectors along x where vec allows), store() writes it transposed into
+// its gc_wg_layout. A warp's pass is 4 rows k of 32 x (a 128-byte run each): lane l has x = 4 (l % 8) .. + 3
+// at k = l / 8, and its 32 stores of an element land on 32 distinct banks (gc_wg_layout's SBO); warp w takes
+// passes w, w + W, ... — compile-time offsets from its first (the counts are powers of two).
+template <int BK, int X, int THREADS, bool CX, bool CK>
+struct gc_wg_staged {
+    typedef gc_wg_layout<BK, X> L;
+    static constexpr int W = THREADS / 32, XQ = X / 32, PASSES = XQ * (BK / 4), PER = PASSES / W;
+    static_assert(PASSES % W == 0 && (W % XQ == 0 || XQ % W == 0), "gc_gemm: a wgmma step's loads do not share out");
+
+    // Pass i of warp w: its 32 x and 4 k (compile-time offsets from pass 0's, given w).
+    __device__ __forceinline__ static int dx(int i) { return W % XQ == 0 ? 0 : W * (i % (XQ / W)) * 32; }
+    __device__ __forceinline__ static int dk(int i) { return W % XQ == 0 ? i * (W / XQ) * 4 : i / (XQ / W) * 4; }
+
+    struct places {
+        const float* src;   // pass 0's vector at k 0
+        long long ld;
+        int x, k, to, x_left;   // pass 0's place and shared-memory offset
+        bool vec;
+    };
+    __device__ __forceinline__ static places place(const float* base, long long ld, int x0, int x_left, bool vec) {
+        const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+        const int x = (W % XQ == 0 ? w % XQ : w) * 32 + lane % 8 * 4, k = (W % XQ == 0 ? w / XQ : 0) * 4 + lane / 8;
+        return {base + k * ld + x0 + x, ld, x, k, L::offset(x, k), x_left, vec};
+    }
+
+    float v[PER][4];
+    __device__ __forceinline__ void load(const places& p, int k0, int k_left) {
+        const float* f = p.src + (long long)k0 * p.ld;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const float* q = f + dk(i) * p.ld + dx(i);
+            const bool live = !CK || p.k + dk(i) < k_left;
+            const int x = p.x + dx(i);
+            if (p.vec) {   // x_left is a multiple of 4: a vector is wholly inside or outside
+                if (live && (!CX || x < p.x_left)) gc_ld16(q, v[i]);
+                else v[i][0] = v[i][1] = v[i][2] = v[i][3] = 0.f;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) v[i][j] = live && (!CX || x + j < p.x_left) ? q[j] : 0.f;
+            }
+        }
+    }
+    __device__ __forceinline__ void store(char* s, const places& p) const {
+#pragma unroll
+        for (int i = 0; i < PER; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)   // (x + j, k): x % 8 + j < 8, so j moves 16 bytes within a core matrix
+                *reinterpret_cast<float*>(s + p.to + dx(i) / 8 * L::SBO + dk(i) / 4 * L::LBO + j * 16) = v[i][j];
+    }
+};
+
+// The roles of a wgmma tile's operands (see the top of this file) and its shared memory: STAGES steps, each the
+// descriptor operands' layouts (Q: A then B; with a register operand R, Q alone) and R's rows; split: then the
+// partial BM x BN tile in the same bytes; RA: after them, the block's row indices (gc_gemm_block::IDX).
+template <bool TA, bool TB, class Tile, bool RA>
+struct gc_wg_roles {
+    static constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK;
+    static constexpr bool SWAP = !TA && !TB;   // C^T = op(B)^T op(A)^T: wgmma's M along C's n
+    static constexpr bool REG = TA || SWAP;    // wgmma's A from registers (R: A with TA, else B)
+    static constexpr bool STAGED = TA && !TB;  // B MN-major, read by wgmma from shared memory: transposed
+    static constexpr int XR = SWAP ? BN : BM, XQ = SWAP ? BM : BN;
+    typedef gc_wg_layout<BK, REG ? XQ : BM> L0;   // the first descriptor operand: Q, or A
+    typedef gc_wg_layout<BK, BN> L1;              // without R: B
+    static constexpr int PART1 = REG ? BK * (XR + 8) * 4 : L1::BYTES;   // R's rows: gc_wg_rows::BYTES
+    static constexpr int STAGE = L0::BYTES + PART1;   // (a multiple of 16 bytes: the descriptors' unit)
+    static constexpr size_t pipe = (size_t)Tile::STAGES * STAGE;
+    static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)BM * BN * 4 : 0;
+    static constexpr size_t data = pipe > red ? pipe : red;
+    static constexpr int NIDX = RA ? gc_gemm_block<float, TA, TB, Tile>::IDX : 0;
+    static constexpr size_t bytes = data + (size_t)NIDX * 4;
+};
+
+// RA: A is the image input read in place from float rows (gc_rows with an index; its stored rows are the
+// batch's: M, or K with TA).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+__global__ void __launch_bounds__(Tile::THREADS, 1)
+gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
+    constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
+    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
+    typedef gc_wg_roles<TA, TB, Tile, RA> R;
+    constexpr bool SWAP = R::SWAP, REG = R::REG, STAGED = R::STAGED;
+    // a warpgroup's wgmma: MB blocks of 64 rows along C's m (n when swapped), N along the other side
+    constexpr int WM = SWAP ? TN : TM, NW = SWAP ? TM : TN, MB = WM / 64, NACC = NW / 2;
+    static_assert(Tile::TF32 == 2 && sizeof(T) == 4 && ST >= 3, "gc_gemm: wgmma tiles are float, 3+ stages");
+    static_assert(WM % 64 == 0 && (NW == 64 || NW == 128 || NW == 256) && BM % TM == 0 && BN % TN == 0,
+                  "gc_gemm: a wgmma warpgroup's tile is 64-row blocks by 64, 128 or 256");
+    static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
+    static_assert(R::bytes <= 227 * 1024, "gc_gemm: wgmma tile needs over 227 KB of shared memory");
+    static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0), "gc_gemm: batch rows need a static shape");
+    extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
+    char* smem = reinterpret_cast<char*>(gc_dynamic_smem);
+    gc_wait_prior();
+#if !GC_WGMMA
+    __trap();   // no sm_90a code in this build for this GPU: gc_gemm refuses such launches before they start
+#else
+    typedef gc_gemm_block<T, TA, TB, Tile> Block;
+    constexpr bool EM = Block::EM, EN = Block::EN, EK = Block::EK;
+    const Block g(p);
+    const T* __restrict__ A = p.A + g.b * p.sa;
+    const T* __restrict__ B = p.B + g.b * p.sb;
+    T* __restrict__ C = p.C + g.b * p.sc;
+    uint32_t* ridx = reinterpret_cast<uint32_t*>(gc_dynamic_smem + R::data);
+    if constexpr (RA) g.stage_rows(ridx, p.rows);
+
+    // A's stored rows are K with TA (m contiguous), else M (k contiguous); B's are N with TB (k contiguous), else
+    // K. RA: stored row r of A is source row idx[r - first], first the block's first row (m0, or k_begin with TA).
+    const int lda = TA ? g.M : g.K, ldb = TB ? g.K : g.N;
+    const bool va = RA ? lda % 4 == 0 && (uintptr_t)p.rows.source % 16 == 0 : g.va;
+    // The copy helpers of the operands this role set has (an unused one is a placeholder int).
+    const uint32_t* ia = RA ? ridx : nullptr;
+    const T* a0 = RA ? (const T*)p.rows.source + (TA ? g.m0 : g.k_begin) : TA ? A + (long long)g.k_begin * g.M + g.m0
+                                                                              : A + (long long)g.m0 * g.K + g.k_begin;
+    const T* b0 = TB ? B + (long long)g.n0 * g.K + g.k_begin : B + (long long)g.k_begin * g.N + g.n0;
+    auto async_a = [&] {   // A K-major, wgmma's B (swapped) or A (both from shared memory)
+        if constexpr (!TA) return gc_wg_async<BK, BM, THREADS, !EM, !EK, RA>(a0, ia, lda, g.M - g.m0, va);
+        else return 0;
+    }();
+    auto async_b = [&] {   // B K-major, wgmma's B
+        if constexpr (TB) return gc_wg_async<BK, BN, THREADS, !EN, !EK, false>(b0, nullptr, ldb, g.N - g.n0, g.vb);
+        else return 0;
+    }();
+    auto rows = [&] {      // R: A with TA, B swapped
+        if constexpr (TA) return gc_wg_rows<BK, BM, THREADS, !EM, !EK, RA>(a0, ia, lda, g.M - g.m0, va);
+        else if constexpr (SWAP) return gc_wg_rows<BK, BN, THREADS, !EN, !EK, false>(b0, nullptr, ldb, g.N - g.n0, g.vb);
+        else return 0;
+    }();
+    // STAGED: two register sets of B, a step's loads issued two steps before they are stored
+    typedef gc_wg_staged<BK, BN, THREADS, !EN, !EK> Staged;
+    Staged sb[2];
+    const typename Staged::places pb = Staged::place(B, ldb, g.n0, g.N - g.n0, g.vb);
+    auto copy = [&](int buf, int kt) {   // the cp.async part of K step kt (the next one), into buffer buf
+        const int k0 = kt * BK, k_left = g.k_end - g.k_begin - k0;
+        char* s = smem + buf * R::STAGE;
+        if constexpr (!TA) async_a.copy(s, k0, k_left);
+        if constexpr (REG) rows.copy(s + R::L0::BYTES, k0, k_left);
+        if constexpr (TB) async_b.copy(s + (REG ? 0 : R::L0::BYTES), k0, k_left);
+    };
+    auto fetch = [&](int set, int kt) {   // STAGED: B's K step kt into register set `set`
+        if constexpr (STAGED) {
+            const int k0 = g.k_begin + kt * BK;
+            sb[set].load(pb, k0, g.k_end - k0);
+        }
+    };
+    auto put = [&](int set, int buf) {    // ... and from there into buffer buf
+        if constexpr (STAGED) sb[set].store(smem + buf * R::STAGE, pb);
+    };
+
+    // Warpgroup (wm, wn) owns the TM x TN tile at (wm TM, wn TN); its descriptors start at its rows of buffer 0,
+    // k 0 (the buffer and the k slice move the start address only): without R, A's block i at rows wm TM + 64 i
+    // and B at wn TN; with R, Q at wn TN (B) or wm TM (A, swapped), R's fragments from its rows wm TM (A) or
+    // wn TN (B, swapped) + 64 i.
+    const int wg = threadIdx.x / 128, wm = wg / (BN / TN), wn = wg % (BN / TN);
+    const int warp = threadIdx.x % 128 / 32, gid = threadIdx.x % 32 / 4, tig = threadIdx.x % 4;
+    typedef typename R::L0 L0;
+    typedef typename R::L1 L1;
+    uint64_t da[MB], db;
+    if constexpr (REG) {
+        db = gc_wgmma_desc(smem + (SWAP ? wm * TM : wn * TN) / 8 * L0::SBO, L0::LBO, L0::SBO);
+    } else {
+#pragma unroll
+        for (int i = 0; i < MB; i++) da[i] = gc_wgmma_desc(smem + (wm * TM + 64 * i) / 8 * L0::SBO, L0::LBO, L0::SBO);
+        db = gc_wgmma_desc(smem + L0::BYTES + wn * TN / 8 * L1::SBO, L1::LBO, L1::SBO);
+    }
+    const int xr = SWAP ? wn * TN : wm * TM;   // R's first row for this warpgroup
+    float acc[MB][NACC];
+#pragma unroll
+    for (int i = 0; i < MB; i++)
+#pragma unroll
+        for (int j = 0; j < NACC; j++) acc[i][j] = 0.f;
+    // The accumulators as runs at tile coordinates (row, col): 2 consecutive columns; swapped (C^T's rows are
+    // C's columns), single elements.
+    constexpr int RUN = SWAP ? 1 : 2;
+    auto for_runs = [&](auto&& f) {
+#pragma unroll
+        for (int i = 0; i < MB; i++)
+#pragma unroll
+            for (int j = 0; j < NW / 8; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int along = 64 * i + warp * 16 + gid + 8 * h, across = j * 8 + 2 * tig;
+                    if constexpr (SWAP) {
+                        f(wm * TM + across, wn * TN + along, &acc[i][4 * j + 2 * h]);
+                        f(wm * TM + across + 1, wn * TN + along, &acc[i][4 * j + 2 * h + 1]);
+                    } else {
+                        f(wm * TM + along, wn * TN + across, &acc[i][4 * j + 2 * h]);
+                    }
+                }
+    };
+
+    // The cp.async parts of steps 0..ST-3 start on their way (a group each, empty past the end, so that the
+    // count of groups in flight is the same at every step); STAGED: step 0 goes to buffer 0, steps 1 and 2 into
+    // the register sets; then the epilogue's operands go to L1 (not for split tiles). Step kt: once it is in its
+    // buffer for every thread (the copies' wait, the proxy fence after this thread's stores and copies, the
+    // barrier), the copies of step kt + ST - 2 go into the buffer step kt - 2 used (whose wgmma every thread
+    // waited for before this barrier); R's fragments of step kt are read and step kt's wgmma issued; while they
+    // run, STAGED: step kt + 1 goes to its buffer from register set (kt + 1) % 2, which then loads step kt + 3.
+    // The step ends waiting for its own wgmma with R (ptxas serializes every wgmma, C7513, where registers of
+    // fragments are written while an earlier wgmma is in flight), else for the step before's.
+    const int kt_all = g.ktiles;
+#pragma unroll
+    for (int s = 0; s < ST - 2; s++) {
+        if (s < kt_all) copy(s, s);
+        gc_cp_commit();
+    }
+    if (STAGED && kt_all > 0) {
+        fetch(0, 0);
+        put(0, 0);
+    }
+    if (STAGED && kt_all > 1) fetch(1, 1);
+    if (STAGED && kt_all > 2) fetch(0, 2);
+    if constexpr (S == 1) gc_gemm_prefetch<RUN, !EM, !EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
+    gc_wgmma_hold<MB * NACC>(&acc[0][0]);
+    uint32_t frag[BK / 8][REG ? MB : 1][4];
+    int cur = 0;
+    auto step = [&](int kt, int set) {   // set: kt % 2, static in the loop below
+        gc_cp_wait<ST - 3>();
+        gc_fence_proxy_async();
+        __syncthreads();
+        const int ahead = kt + ST - 2, next = cur + 1 == ST ? 0 : cur + 1;
+        if (ahead < kt_all) copy(ahead % ST, ahead);
+        gc_cp_commit();
+        const char* buf = smem + cur * R::STAGE;
+        if constexpr (REG) {
+#pragma unroll
+            for (int k = 0; k < BK / 8; k++)
+#pragma unroll
+                for (int i = 0; i < MB; i++) rows.fragment(buf + L0::BYTES, xr + 64 * i, 8 * k, frag[k][i]);
+        }
+        gc_wgmma_fence();
+        const uint64_t at = (uint64_t)(cur * R::STAGE >> 4);
+#pragma unroll
+        for (int k = 0; k < BK / 8; k++)
+#pragma unroll
+            for (int i = 0; i < MB; i++) {
+                if constexpr (REG) gc_wgmma<NW>::rs(acc[i], frag[k][i], db + at + k * 16);
+                else gc_wgmma<NW>::ss(acc[i], da[i] + at + k * 16, db + at + k * 16);
+            }
+        gc_wgmma_commit();
+        if (STAGED && kt + 1 < kt_all) put(1 - set, next);
+        if (STAGED && kt + 3 < kt_all) fetch(1 - set, kt + 3);
+        gc_wgmma_wait<REG ? 0 : 1>();
+        cur = next;
+    };
+    for (int kt = 0; kt < kt_all; kt += 2) {   // by twos: which register sets a step uses is static
+        step(kt, 0);
+        if (kt + 1 < kt_all) step(kt + 1, 1);
+    }
+    gc_wgmma_wait<0>();
+    gc_wgmma_hold<MB * NACC>(&acc[0][0]);
+    gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M, g.N,
+                                                      C, p.vc, for_runs, [] {
+        gc_cp_wait<0>();   // (only empty groups are left, but no copy may land after the partial tile)
+        __syncthreads();   // every warpgroup's wgmma are done with the buffers
+    });
+#endif
+}
+
+// The launch (gc_gemm_launch has checked the shape, made the grid and the cluster attribute): a GPU of
+// compute capability 9.0 only (wgmma is sm_90a's), float rows only for A read in place.
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
+    static int cc = -1;
+    if (cc < 0) {
+        int dev = 0, major = 0, minor = 0;
+        GC_CUDA_TRY(cudaGetDevice(&dev));
+        GC_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        GC_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        cc = 10 * major + minor;
+    }
+    if (cc != 90)
+        return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
+                       "this GPU is of compute capability %d.%d; build with precision fp32 for it", cc / 10, cc % 10);
+    if (RA && p.rows.u8)
+        return gc_fail(GC_ERR_ARG, "gc_gemm: a wgmma tile reads the image input in place from float rows only, and "
+                       "these are uint8 (the trainer converts them where such a tile reads them: GC_X_FLOAT)");
+    constexpr size_t smem = gc_wg_roles<TA, TB, Tile, RA>::bytes;
+    GC_TRY((gc_dynamic_smem_limit<gc_gemm_wg_kernel<T, TA, TB, Tile, Ep, RA>>(smem)));
+    return gc_launch_smem(gc_gemm_wg_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, smem, cluster,
+                          Tile::SPLIT > 1, p);
+}
+#endif   // GC_KERNELS
