@@ -118,7 +118,9 @@ def test_the_benchmark_records_fit_the_benchmark_programs():
             record = read_record(path)
             compile_program(make_program(bench_example(model), batch, LR), "cuda", model, precision=precision,
                             tuning=record)
-    assert found >= 3
+    # the MLP's fp32 records (b128, b1000); the b1000 tf32 one went when the wgmma tiles made the default tiles
+    # faster than its (bench/README.md), until `make tune` makes it again
+    assert found >= 2 and record_path("mnist_mlp", 128, "fp32").is_file() and record_path("mnist_mlp", 1000, "fp32").is_file()
 
 
 @pytest.mark.gpu
