@@ -15,8 +15,8 @@
 //   BM x BN   the tile of C one block computes; K advances in steps of BK.
 //   TM x TN   TF32 = 0: the outputs one thread computes (fp32 FMAs, multiples of 4);
 //             TF32 = 1: the tile one warp computes with tf32 tensor cores (mma m16n8k8; multiples of 16 x 8);
-//             TF32 = 2: the tile one warpgroup (4 warps) computes with wgmma (sm_90a; 64 x 64, 128 or 256):
-//             gc_gemm_wg_kernel (gc_gemm_wgmma.cuh), a pipelined kernel (STAGES >= 3).
+//             TF32 = 2: the tile one warpgroup (4 warps) computes with wgmma (sm_90a; 64-row blocks by 64 or
+//             128, one side or the other: gc_gemm_wg_kernel in gc_gemm_wgmma.cuh, pipelined, STAGES >= 3).
 //   SPLIT     > 1: K is split over a cluster of SPLIT blocks (sm_90) whose partial tiles are summed in
 //             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
 //   SM SN SK  the static shape the GEMM was specialized for (0: any). Bounds checks on a dimension that the

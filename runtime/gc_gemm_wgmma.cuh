@@ -75,145 +75,35 @@ __device__ __forceinline__ uint64_t gc_wgmma_desc(const void* smem, int lbo, int
 // of gc_wg_rows::fragment's order). Thread t of the warpgroup holds d[4 j + 2 h + r] = (16 (t / 32) + (t % 32) / 4
 // + 8 h, 8 j + 2 (t % 4) + r) (gc_gemm_wg_kernel's for_runs).
 template <int N> struct gc_wgmma;
-template <> struct gc_wgmma<64> {
-    __device__ static __forceinline__ void ss(float* d, uint64_t a, uint64_t b) {
+// Their asm: the accumulators are operands %0 .. %(N/2 - 1) ("+f"), then A (a descriptor, or 4 registers) and
+// B's descriptor. GC_WG_R<n>: the text of the first n operand numbers; GC_WG_D<n>: the first n accumulators.
+#define GC_WG_R8(a, b, c, d, e, f, g, h) "%" #a ", %" #b ", %" #c ", %" #d ", %" #e ", %" #f ", %" #g ", %" #h
+#define GC_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                    "+f"(d[i + 6]), "+f"(d[i + 7])
+#define GC_WG_R32 GC_WG_R8(0, 1, 2, 3, 4, 5, 6, 7) ", " GC_WG_R8(8, 9, 10, 11, 12, 13, 14, 15) ", " GC_WG_R8(16, 17, 18, 19, 20, 21, 22, 23) ", " GC_WG_R8(24, 25, 26, 27, 28, 29, 30, 31)
+#define GC_WG_R64 GC_WG_R32 ", " GC_WG_R8(32, 33, 34, 35, 36, 37, 38, 39) ", " GC_WG_R8(40, 41, 42, 43, 44, 45, 46, 47) ", " GC_WG_R8(48, 49, 50, 51, 52, 53, 54, 55) ", " GC_WG_R8(56, 57, 58, 59, 60, 61, 62, 63)
+#define GC_WG_D32 GC_WG_D8(0), GC_WG_D8(8), GC_WG_D8(16), GC_WG_D8(24)
+#define GC_WG_D64 GC_WG_D32, GC_WG_D8(32), GC_WG_D8(40), GC_WG_D8(48), GC_WG_D8(56)
 #if GC_WGMMA
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-                     "{"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                     "}, %32, %33, 1, 1, 1;"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "l"(a), "l"(b));
+#define GC_WG_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define GC_WG_ASM(...) ((void)d, (void)a, (void)b)
 #endif
-    }
-    __device__ static __forceinline__ void rs(float* d, const uint32_t* a, uint64_t b) {
-#if GC_WGMMA
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-                     "{"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                     "}, {%32, %33, %34, %35}, %36, 1, 1, 1;"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-#endif
-    }
-};
-template <> struct gc_wgmma<128> {
-    __device__ static __forceinline__ void ss(float* d, uint64_t a, uint64_t b) {
-#if GC_WGMMA
-        asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-                     "{"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                     "}, %64, %65, 1, 1, 1;"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                     : "l"(a), "l"(b));
-#endif
-    }
-    __device__ static __forceinline__ void rs(float* d, const uint32_t* a, uint64_t b) {
-#if GC_WGMMA
-        asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-                     "{"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                     "}, {%64, %65, %66, %67}, %68, 1, 1, 1;"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-#endif
-    }
-};
-template <> struct gc_wgmma<256> {
-    __device__ static __forceinline__ void ss(float* d, uint64_t a, uint64_t b) {
-#if GC_WGMMA
-        asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-                     "{"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-                     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-                     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-                     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-                     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-                     "}, %128, %129, 1, 1, 1;"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                     : "l"(a), "l"(b));
-#endif
-    }
-    __device__ static __forceinline__ void rs(float* d, const uint32_t* a, uint64_t b) {
-#if GC_WGMMA
-        asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-                     "{"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-                     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-                     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-                     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-                     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-                     "}, {%128, %129, %130, %131}, %132, 1, 1, 1;"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-#endif
-    }
-};
-
+// gc_wgmma<N>: REGS / DS its accumulators' text and operands, A0.. the operand numbers after them.
+#define GC_WGMMA_N(N, REGS, DS, A0, A1, A2, A3, A4)                                                             \
+    template <> struct gc_wgmma<N> {                                                                            \
+        __device__ static __forceinline__ void ss(float* d, uint64_t a, uint64_t b) {                           \
+            GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" REGS "}, %" #A0 ", %" #A1        \
+                      ", 1, 1, 1;" : DS : "l"(a), "l"(b));                                                       \
+        }                                                                                                       \
+        __device__ static __forceinline__ void rs(float* d, const uint32_t* a, uint64_t b) {                    \
+            GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" REGS "}, {%" #A0 ", %" #A1 ", %" \
+                      #A2 ", %" #A3 "}, %" #A4 ", 1, 1, 1;" : DS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),     \
+                      "l"(b));                                                                                  \
+        }                                                                                                       \
+    };
+GC_WGMMA_N(64, GC_WG_R32, GC_WG_D32, 32, 33, 34, 35, 36)
+GC_WGMMA_N(128, GC_WG_R64, GC_WG_D64, 64, 65, 66, 67, 68)
 
 // One operand's K step in shared memory as wgmma reads it: X rows (M or N) of BK k, element (x, k) at byte
 // (x / 8) SBO + (k / 4) LBO + (x % 8) 16 + (k % 4) 4: LBO = 128 (the core matrices of a row group follow each
@@ -434,24 +324,26 @@ struct gc_wg_roles {
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 __global__ void __launch_bounds__(Tile::THREADS, 1)
 gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
-    constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
-    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
     typedef gc_wg_roles<TA, TB, Tile, RA> R;
-    constexpr bool SWAP = R::SWAP, REG = R::REG, STAGED = R::STAGED;
     // a warpgroup's wgmma: MB blocks of 64 rows along C's m (n when swapped), N along the other side
-    constexpr int WM = SWAP ? TN : TM, NW = SWAP ? TM : TN, MB = WM / 64, NACC = NW / 2;
-    static_assert(Tile::TF32 == 2 && sizeof(T) == 4 && ST >= 3, "gc_gemm: wgmma tiles are float, 3+ stages");
-    static_assert(WM % 64 == 0 && (NW == 64 || NW == 128 || NW == 256) && BM % TM == 0 && BN % TN == 0,
-                  "gc_gemm: a wgmma warpgroup's tile is 64-row blocks by 64, 128 or 256");
-    static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
+    constexpr int WM = R::SWAP ? Tile::TN : Tile::TM, NW = R::SWAP ? Tile::TM : Tile::TN;
+    static_assert(Tile::TF32 == 2 && sizeof(T) == 4 && Tile::STAGES >= 3, "gc_gemm: wgmma tiles are float, 3+ stages");
+    static_assert(WM % 64 == 0 && (NW == 64 || NW == 128) && Tile::BM % Tile::TM == 0 && Tile::BN % Tile::TN == 0,
+                  "gc_gemm: a wgmma warpgroup's tile is 64-row blocks by 64 or 128 (gc_wgmma's sizes)");
+    static_assert(Tile::SPLIT >= 1 && Tile::SPLIT <= 8 && Tile::BM % Tile::SPLIT == 0,
+                  "gc_gemm: split must be 1..8 and divide BM");
     static_assert(R::bytes <= 227 * 1024, "gc_gemm: wgmma tile needs over 227 KB of shared memory");
     static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0), "gc_gemm: batch rows need a static shape");
-    extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
-    char* smem = reinterpret_cast<char*>(gc_dynamic_smem);
     gc_wait_prior();
 #if !GC_WGMMA
     __trap();   // no sm_90a code in this build for this GPU: gc_gemm refuses such launches before they start
 #else
+    constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
+    constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
+    constexpr bool SWAP = R::SWAP, REG = R::REG, STAGED = R::STAGED;
+    constexpr int MB = WM / 64, NACC = NW / 2;
+    extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
+    char* smem = reinterpret_cast<char*>(gc_dynamic_smem);
     typedef gc_gemm_block<T, TA, TB, Tile> Block;
     constexpr bool EM = Block::EM, EN = Block::EN, EK = Block::EK;
     const Block g(p);
