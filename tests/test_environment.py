@@ -50,6 +50,20 @@ def test_bad_arch_is_refused_before_nvcc_runs(arch):
         build.gencode_flags(arch)
 
 
+def test_wgmma_tiles_need_sm_90_in_the_arch_list(tmp_path):
+    """The MLP's tf32 step at batch 1000 has wgmma tiles (sm_90a machine code only): an arch list without sm_90
+    is refused before nvcc runs, naming the GEMMs; the fp32 step builds for any arch list."""
+    from conftest import load_example
+    from gcompile.pipeline import compile_program
+    program = load_example("mnist_mlp").program(batch_size=1000)
+    kernels = compile_program(program, "cuda", precision="tf32").kernels
+    with pytest.raises(gc.BuildError, match=r"arch 'sm_80,compute_80': the GEMMs .* have wgmma tiles"):
+        build.check_wgmma_arch(kernels, "sm_80,compute_80")
+    for arch in ("sm_90", "sm_80,sm_90a,compute_90"):
+        build.check_wgmma_arch(kernels, arch)
+    build.check_wgmma_arch(compile_program(program, "cuda", precision="fp32").kernels, "sm_80")
+
+
 def huge_program(elements: int):
     """A forward program whose arena (input and output, each `elements` float32s) fits in no memory."""
     x = gc.placeholder("x", (elements // 2**20, 2**20))
