@@ -190,9 +190,15 @@ struct gc_wg_async {
 // thread's chunks are one x, rows KS apart), else element by element. fragment() reads a 64-row block's k8
 // slice in wgmma's (and mma.m16n8k8's) order for warp w of the warpgroup: a[0..3] = (16 w + g, t),
 // (16 w + g + 8, t), (16 w + g, t + 4), (16 w + g + 8, t + 4), lane = 4 g + t.
+template <int BK, int X>
+struct gc_wg_rows_step {   // a K step of the register operand in shared memory (also gc_wg_roles's)
+    static constexpr int LD = X + 8, BYTES = BK * LD * 4;
+};
+
 template <int BK, int X, int THREADS, bool CX, bool CK, bool INDEXED>
 struct gc_wg_rows {
-    static constexpr int LD = X + 8, XC = X / 4, BYTES = BK * LD * 4, KS = THREADS / XC, CHUNKS = BK / KS;
+    typedef gc_wg_rows_step<BK, X> Step;
+    static constexpr int LD = Step::LD, BYTES = Step::BYTES, XC = X / 4, KS = THREADS / XC, CHUNKS = BK / KS;
     static_assert(X % 32 == 0 && THREADS % XC == 0 && BK % KS == 0, "gc_gemm: a wgmma step's copies do not share out");
     const float* src;   // plain: this thread's first chunk at the next step; INDEXED: the source at its x
     const uint32_t* idx;
@@ -310,7 +316,7 @@ struct gc_wg_roles {
     static constexpr int XR = SWAP ? BN : BM, XQ = SWAP ? BM : BN;
     typedef gc_wg_layout<BK, REG ? XQ : BM> L0;   // the first descriptor operand: Q, or A
     typedef gc_wg_layout<BK, BN> L1;              // without R: B
-    static constexpr int PART1 = REG ? BK * (XR + 8) * 4 : L1::BYTES;   // R's rows: gc_wg_rows::BYTES
+    static constexpr int PART1 = REG ? gc_wg_rows_step<BK, XR>::BYTES : L1::BYTES;   // R's rows, or B
     static constexpr int STAGE = L0::BYTES + PART1;   // (a multiple of 16 bytes: the descriptors' unit)
     static constexpr size_t pipe = (size_t)Tile::STAGES * STAGE;
     static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)BM * BN * 4 : 0;
