@@ -19,6 +19,8 @@ does not depend on how many cores the machine has. It still depends on the kerne
 narrow for this trajectory: with one thread, Haswell's kernels (CI's, which sets OPENBLAS_CORETYPE=Haswell)
 pass with the epoch-6 loss 0.2063 against 0.1765 ± 0.03, SkylakeX's and Prescott's pass, Sandybridge's miss
 epoch 6 (0.1407). The accuracy stayed within 0.9704..0.9722 in every variant tried, float64 sums included.
+CI pins numpy 2.4.6 (.ci/constraints.txt), whose OpenBLAS these figures are from: another numpy may bring
+other kernels.
 """
 import json
 import os
