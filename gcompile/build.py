@@ -238,9 +238,10 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     module, target = compiled.module, compiled.target
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
     if target == "cuda":
-        check_wgmma_arch(compiled.kernels, arch or detect_arch() or DEFAULT_CUDA_ARCH)
+        arch = arch or detect_arch() or DEFAULT_CUDA_ARCH
+        check_wgmma_arch(compiled.kernels, arch)
+    compiler, flags, link_flags = compile_flags(target, arch, cudart, sanitize)
     settings = build_settings(target, compiler, flags, link_flags, compiled.kernel_parts)
     parts = part_commands(target, compiler, flags, compiled.kernel_parts)
 

@@ -68,6 +68,13 @@ class Tile:
         return self.tf32 == 2
 
     @property
+    def float_rows_only(self) -> bool:
+        """Whether the kernel copies the image rows it reads in place straight into shared memory (cp.async),
+        so float rows only: the fp32 pipelined and the wgmma kernels. The mma.sync pipeline and the
+        register-staged kernel convert uint8 rows as they read them."""
+        return self.stages > 0 and self.tf32 != 1
+
+    @property
     def name(self) -> str:
         kind = "wgmma" if self.wgmma else "tf32" if self.tf32 else "fp32"
         return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{kind}"

@@ -222,7 +222,7 @@ def cases() -> list[H.Case]:
         for m, n, k, ta in ((1000, 256, 784, False), (784, 256, 1000, True), (128, 256, 784, False),
                             (784, 256, 128, True)):   # for a pipelined fp32 or a wgmma tile (GC_X_FLOAT), else uint8
             tile = choose_tile(m, n, k, ta, False, precision, rows=True)
-            floats = Tile.parse(tile)[0].stages > 0 and Tile.parse(tile)[0].tf32 != 1
+            floats = Tile.parse(tile)[0].float_rows_only
             out.append(C("float32", ta, False, tile, m, n, k, ep=not ta, tf32=precision == "tf32",
                          rows="f32" if floats else "u8"))
     for precision in ("fp32", "tf32"):   # the MLP's GEMMs with the tiles the heuristic gives them
@@ -329,6 +329,15 @@ def test_choose_tile_errors_and_candidates():
     # every candidate is a catalogue tile with a split it supports, and splits keep two K steps each
     for c, tile, split in candidates(784, 256, 1000, "fp32"):
         assert tile in TILES["fp32"] and split in tile.splits() and 1000 >= 2 * split * tile.bk
+
+
+def test_which_tiles_read_float_rows_only():
+    """Rows read in place: the fp32 pipelined and the wgmma kernels copy them into shared memory as they lie
+    (float only, GC_X_FLOAT); the register-staged kernel and the mma.sync pipeline convert uint8 ones."""
+    only = {t.name: t.float_rows_only for kind in ("fp32", "tf32") for t in TILES[kind]}
+    assert only["64x64x16/8x4/fp32/cp4"] and only["64x128x32/64x128/wgmma/cp4"]
+    assert not only["64x64x16/8x4/fp32"] and not only["64x64x32/32x32/tf32/cp4"]
+    assert not only["32x32x32/16x16/tf32"]
 
 
 def test_sweep_calibrates_on_the_gemms_as_the_step_runs_them():

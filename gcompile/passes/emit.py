@@ -190,7 +190,7 @@ def rows_as_floats(kernels: list, target: str) -> bool:
     if target != "cuda":
         return False
     tiles = [Tile.parse(k.values["tile"])[0] for k in kernels if k.kind == "matmul" and k.values["rows"]]
-    return any(tile.stages and tile.tf32 != 1 for tile in tiles)
+    return any(tile.float_rows_only for tile in tiles)
 
 
 def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
