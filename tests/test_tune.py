@@ -10,7 +10,7 @@ import gcompile as gc
 from gcompile.cli import main
 from gcompile.gemm_tiles import TILES, Tile, alternatives, choose_tile, tuned_tile
 from gcompile.pipeline import compile_program
-from gcompile.tune import FORMAT, gemm_sites, program_digest, read_record
+from gcompile.tune import FORMAT, TF32_STEP_AGREE, disagreeing, gemm_sites, program_digest, read_record
 
 from conftest import EXAMPLES as EXAMPLES_DIR, load_bench, load_example
 
@@ -118,9 +118,20 @@ def test_the_benchmark_records_fit_the_benchmark_programs():
             record = read_record(path)
             compile_program(make_program(bench_example(model), batch, LR), "cuda", model, precision=precision,
                             tuning=record)
-    # the MLP's fp32 records (b128, b1000); the b1000 tf32 one went when the wgmma tiles made the default tiles
-    # faster than its (bench/README.md), until `make tune` makes it again
-    assert found >= 2 and record_path("mnist_mlp", 128, "fp32").is_file() and record_path("mnist_mlp", 1000, "fp32").is_file()
+    # the MLP's fp32 records (b128, b1000) and its b1000 tf32 one (made again for the wgmma tiles)
+    assert found >= 3 and all(record_path("mnist_mlp", batch, precision).is_file()
+                              for batch, precision in ((128, "fp32"), (1000, "fp32"), (1000, "tf32")))
+
+
+def test_disagreeing_names_the_updates_off_by_more_than_the_bound():
+    ref = {"W": np.array([3.0, 4.0]), "b": np.array([1.0]), "step": np.array(1.0), "skip": np.array(0.0)}
+    # |W - ref| = 5e-3 of |ref| = 5: within 1e-2, beyond 1e-3; an update that should be zero stays so
+    got = {"W": np.array([3.0 + 0.015, 4.0 + 0.02]), "b": np.array([1.0]), "step": np.array(1.0),
+           "skip": np.array(0.0)}
+    assert disagreeing(got, ref, TF32_STEP_AGREE) == []
+    assert disagreeing(got, ref, 1e-3) == ["W"]
+    assert disagreeing({**got, "skip": np.array(1e-9)}, ref, TF32_STEP_AGREE) == ["skip"]
+    assert disagreeing({**got, "b": np.array([-1.0])}, ref, TF32_STEP_AGREE) == ["b"]
 
 
 @pytest.mark.gpu
