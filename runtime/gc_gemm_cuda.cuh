@@ -955,14 +955,15 @@ static bool gc_cluster_launch_supported() {
     return supported == 1;
 }
 
-// A pipelined kernel's dynamic shared memory: over 48 KB, its limit is raised (once per kernel).
-template <auto Kernel>
-static int gc_dynamic_smem_limit(size_t smem) {
+// A pipelined kernel's launch (fp32, mma.sync and wgmma alike): its dynamic shared memory (over 48 KB, the
+// kernel's limit is raised, once), a cluster for a split.
+template <auto Kernel, class Tile, typename Params>
+static int gc_gemm_launch_pipelined(dim3 grid, cudaLaunchAttribute* cluster, size_t smem, const Params& p) {
     static bool raised = false;
     if (!raised && smem > 48 * 1024)
         GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     raised = true;
-    return GC_OK;
+    return gc_launch_smem(Kernel, grid, Tile::THREADS, smem, cluster, Tile::SPLIT > 1, p);
 }
 
 // The tf32 tensor-core pipeline's launch (gc_gemm_tc.cuh: tiles with TF32 and STAGES > 0; RA too).
@@ -975,10 +976,8 @@ static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_g
 // The fp32 pipelined kernel's launch (its dynamic shared memory; a cluster for a split).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_pipe_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
-    constexpr size_t smem = gc_pipe_smem<T, Tile>::bytes;
-    GC_TRY((gc_dynamic_smem_limit<gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep, RA>>(smem)));
-    return gc_launch_smem(gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, smem, cluster,
-                          Tile::SPLIT > 1, p);
+    return gc_gemm_launch_pipelined<gc_gemm_pipe_kernel<T, TA, TB, Tile, Ep, RA>, Tile>(
+        grid, cluster, gc_pipe_smem<T, Tile>::bytes, p);
 }
 
 // The launch of both forms of A (RA: the image input in place, A = its source).

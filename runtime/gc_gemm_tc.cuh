@@ -279,10 +279,8 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
 // source's element type (p.rows.u8), the kernel for float or for uint8 rows.
 template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
 static int gc_gemm_tc_launch_as(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
-    constexpr size_t smem = gc_tc_smem<TA, TB, Tile, RA>::bytes;
-    GC_TRY((gc_dynamic_smem_limit<gc_gemm_tc_kernel<T, TA, TB, Tile, Ep, RA>>(smem)));
-    return gc_launch_smem(gc_gemm_tc_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, smem, cluster,
-                          Tile::SPLIT > 1, p);
+    return gc_gemm_launch_pipelined<gc_gemm_tc_kernel<T, TA, TB, Tile, Ep, RA>, Tile>(
+        grid, cluster, gc_tc_smem<TA, TB, Tile, RA>::bytes, p);
 }
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {

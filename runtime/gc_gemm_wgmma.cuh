@@ -530,9 +530,7 @@ static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_g
     if (RA && p.rows.u8)
         return gc_fail(GC_ERR_ARG, "gc_gemm: a wgmma tile reads the image input in place from float rows only, and "
                        "these are uint8 (the trainer converts them where such a tile reads them: GC_X_FLOAT)");
-    constexpr size_t smem = gc_wg_roles<TA, TB, Tile, RA>::bytes;
-    GC_TRY((gc_dynamic_smem_limit<gc_gemm_wg_kernel<T, TA, TB, Tile, Ep, RA>>(smem)));
-    return gc_launch_smem(gc_gemm_wg_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, smem, cluster,
-                          Tile::SPLIT > 1, p);
+    return gc_gemm_launch_pipelined<gc_gemm_wg_kernel<T, TA, TB, Tile, Ep, RA>, Tile>(
+        grid, cluster, gc_wg_roles<TA, TB, Tile, RA>::bytes, p);
 }
 #endif   // GC_KERNELS
