@@ -8,11 +8,11 @@ and the cost model's cheapest), times the step (`Model.time_steps`, interleaved 
 keeps a replacement that is faster by more than `margin`; one GEMM after the other, the most expensive
 first (coordinate descent). Every candidate's parameters after a few steps must agree with the default
 build's (fp32 tiles change only the order of sums, to 1e-4); under tf32, whose tiles also round operands each
-their own way, every candidate's (and the default build's) to the fp32 build's, to 1e-2. Given a dataset (`data=`), the steps timed are the trainer's
-(the standalone binary's epochs), which read the batch in place from the dataset through row indices:
-what users' training runs, and not always ranked as the library's steps are (H100, MLP b128, dW1 on
-64 x 64 x 16 / 8 x 4 K-group split 2: 21.64 us against 21.27 for the library, 22.72 against 23.83 for the
-trainer).
+their own way, every candidate's (and the default build's) to the fp32 build's, to 1e-2. Given a dataset
+(`data=`), the steps timed are the trainer's (the standalone binary's epochs), which read the batch in place
+from the dataset through row indices: what users' training runs, and not always ranked as the library's
+steps are (H100, MLP b128, dW1 on 64 x 64 x 16 / 8 x 4 K-group split 2: 21.64 us against 21.27 for the
+library, 22.72 against 23.83 for the trainer).
 
 The result is a tuning record, a JSON-able dict:
     {"format": "gcompile-tuning/1", "program": <digest of the simplified graph>, "name", "precision",
@@ -206,10 +206,9 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
     # of the MLP at batch 1000 differ by 4.3e-3 in W1's update, each within 3.5e-3 of the fp32 build's (H100).
     # So tf32 candidates are held to the fp32 build's update at TF32_STEP_AGREE instead.
     if precision == "tf32":
-        fp32 = load(build(compile_program(program, "cuda", name, precision="fp32", build_command=command),
-                          root / "fp32", arch))
-        reference, agree = update_of(fp32), TF32_STEP_AGREE
-        fp32.close()
+        with load(build(compile_program(program, "cuda", name, precision="fp32", build_command=command),
+                        root / "fp32", arch)) as fp32:
+            reference, agree = update_of(fp32), TF32_STEP_AGREE
         off = disagreeing(update_of(best), reference, agree)
         if off:
             raise GCompileError(f"tune: the default tf32 build updates {', '.join(off)} otherwise than the fp32 "
@@ -238,9 +237,10 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
             got = update_of(model)
             off = disagreeing(got, reference, agree)
             if off:
+                against = "the fp32 build does" if precision == "tf32" else "the default tiles do"
                 raise GCompileError(f"tune: kernel {site['kernel']} on tile {tile.name} split {split} updates "
-                                    f"{', '.join(off)} otherwise than the {'fp32 build' if precision == 'tf32' else 'default tiles'}"
-                                    f" do (beyond {agree:g} norm-wise): a GEMM tile is wrong")
+                                    f"{', '.join(off)} otherwise than {against} (beyond {agree:g} norm-wise): a GEMM "
+                                    "tile is wrong")
             best_us, us = timed([best, model])
             kept = us < best_us * (1 - margin)
             trials.append({"kernel": site["kernel"], "tile": tile.name, "split": split, "us": round(us, 3),
