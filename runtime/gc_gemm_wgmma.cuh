@@ -512,24 +512,14 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
 #endif
 }
 
-// The launch (gc_gemm_launch has checked the shape, made the grid and the cluster attribute): a GPU of
-// compute capability 9.0 only (wgmma is sm_90a's), float rows only for A read in place.
+// The launch (gc_gemm_launch has checked the shape and the rows, made the grid and the cluster attribute): a
+// GPU of compute capability 9.0 only (wgmma is sm_90a's).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
-    static int cc = -1;
-    if (cc < 0) {
-        int dev = 0, major = 0, minor = 0;
-        GC_CUDA_TRY(cudaGetDevice(&dev));
-        GC_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        GC_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        cc = 10 * major + minor;
-    }
+    const int cc = gc_compute_capability();
     if (cc != 90)
         return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
                        "this GPU is of compute capability %d.%d; build with precision fp32 for it", cc / 10, cc % 10);
-    if (RA && p.rows.u8)
-        return gc_fail(GC_ERR_ARG, "gc_gemm: a wgmma tile reads the image input in place from float rows only, and "
-                       "these are uint8 (the trainer converts them where such a tile reads them: GC_X_FLOAT)");
     return gc_gemm_launch_pipelined<gc_gemm_wg_kernel<T, TA, TB, Tile, Ep, RA>, Tile>(
         grid, cluster, gc_wg_roles<TA, TB, Tile, RA>::bytes, p);
 }

@@ -215,16 +215,28 @@ static int gc_join(int streams, int rc) {
 }
 #endif   // GC_KERNELS0
 
+// The current device's compute capability as 10 x major + minor (90: the H100, H200), asked once; 0 when the
+// runtime cannot say (no device), which every caller treats as "not supported".
+static int gc_compute_capability() {
+    static int cc = -1;
+    if (cc < 0) {
+        int dev = 0, major = 0, minor = 0;
+        cc = cudaGetDevice(&dev) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess
+                 ? 10 * major + minor
+                 : 0;
+        cudaGetLastError();
+    }
+    return cc;
+}
+
 // Whether kernels of this device may launch early (asked once; GC_NO_PDL=1 turns it off, for comparisons).
 static bool gc_pdl_supported() {
     static int supported = -1;
     if (supported < 0) {
-        int dev = 0, major = 0;
         const char* off = getenv("GC_NO_PDL");
-        supported = !(off && *off && strcmp(off, "0") != 0) && cudaGetDevice(&dev) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                    major >= 9;
-        cudaGetLastError();
+        supported = !(off && *off && strcmp(off, "0") != 0) && gc_compute_capability() >= 90;
     }
     return supported == 1;
 }

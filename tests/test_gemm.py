@@ -129,6 +129,9 @@ def cases() -> list[H.Case]:
         m, k = (36, 29) if ta else (37, 28)   # the stored rows' length (K, or M with TA) a multiple of 4
         out.append(C("float32", ta, False, f"gc_tile<64, 64, 16, 8, 4, 0, 1, {m}, 53, {k}, 4>", m, 53, k,
                      rows="f32"))
+    # uint8 rows refused: cp.async copies floats only (the trainer converts them, GC_X_FLOAT)
+    out.append(C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 8, 128, 256, 784, 4>", 128, 256, 784,
+                 rows="u8", expect_error="float rows only", cuda_only=True))
     out += [
         # batches with gaps and odd rows, A unaligned, K = 0, split 8 whose last slices are empty
         C("float32", False, True, "gc_tile<64, 64, 32, 32, 32, 1, 1, 0, 0, 0, 4>", 33, 20, 17, batch=3,
