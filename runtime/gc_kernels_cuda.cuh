@@ -105,6 +105,45 @@ __device__ T gc_reduce_partials(const T* partials, int blocks, T init, void* scr
     return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, scratch);
 }
 
+// ---- a chain's global reduction in a block of its own -----------------------------------------------------
+// In a chain (lower.py's chain), a rows stage's global reduction (the batch-mean loss) does not wait for the
+// last block to arrive: one more block, the collector, runs no stage and does the global part. Each stage
+// block stores its partial right after its stage, tagged with the launch's number in the same 8-byte store
+// (gc_tag_partial: one store, so no fence has to order the value before the tag), and goes on to its next
+// stage without waiting; the collector waits for every block's partial of this launch (polling L2) and sums
+// them in block order as gc_reduce_partials does (the same bits), computes what follows (the loss, the
+// guard) and stores it, while the stage blocks still run their later stages. The launch's number is the
+// workspace's ticket word plus one: every block reads it at its start (the previous launch's collector
+// wrote it), the collector writes it back once it has every partial, so a graph replay finds the next
+// number there, and a partial of an earlier launch is never taken for one of this launch. The stage blocks
+// never wait for the collector, so they finish whichever way the blocks are scheduled. 4-byte partials.
+template <typename T>
+__device__ __forceinline__ void gc_tag_partial(unsigned long long* slot, T v, unsigned int tag) {
+    static_assert(sizeof(T) == 4, "gc_tag_partial: 4-byte partials");
+    unsigned int bits;
+    memcpy(&bits, &v, 4);
+    const unsigned long long word = (unsigned long long)tag << 32 | bits;
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(slot), "l"(word) : "memory");
+}
+
+// The collector's sum (or max) of the stage blocks' partials tagged `tag`, in gc_reduce_partials' order.
+template <typename T, bool MAX>
+__device__ T gc_collect_partials(const unsigned long long* slots, int blocks, T init, unsigned int tag,
+                                 void* scratch) {
+    T v = init;
+    for (int j = threadIdx.x; j < blocks; j += GC_BLOCK) {
+        unsigned long long word;
+        do {
+            asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(slots + j) : "memory");
+        } while ((unsigned int)(word >> 32) != tag);
+        const unsigned int bits = (unsigned int)word;
+        T x;
+        memcpy(&x, &bits, 4);
+        v = gc_combine<T, MAX>(v, x);
+    }
+    return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, scratch);
+}
+
 // ---- a chain's GEMM stage (lower.py's chain) -------------------------------------------------------------
 // Row m of A as a chain's GEMM reads it: a plain matrix of K columns (written by an earlier kernel, or by an
 // earlier stage of the same kernel: plain loads, no read-only cache), or the image input read in place

@@ -7,6 +7,7 @@ import pytest
 
 import gcompile as gc
 from gcompile.optim import GUARD_HALTED_AT, GUARD_NONFINITE, GUARD_SKIP
+from golden import TARGETS
 from opcheck import check_op, uniform
 from reliability import (BATCH, CLASSES, FEATURES, poisoned_dataset, run_binary, small_program, synthetic_dataset,
                          write_split)
@@ -111,9 +112,12 @@ def test_a_bad_step_changes_no_parameter(skip):
 
 
 # --- compiled == numpy ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def positive_artifact(tmp_path_factory):
-    return gc.compile(small_program(positive=True), target="cpu", out_dir=tmp_path_factory.mktemp("positive"))
+@pytest.fixture(scope="module", params=TARGETS)
+def positive_artifact(request, tmp_path_factory):
+    """The small program compiled for each target (cuda: its loss's sum and guard in the chain's collector
+    block, gc_collect_partials)."""
+    return gc.compile(small_program(positive=True), target=request.param,
+                      out_dir=tmp_path_factory.mktemp(f"positive-{request.param}"))
 
 @pytest.mark.parametrize("skip", [0, 1], ids=["stop", "skip"])
 def test_compiled_guard_matches_numpy(positive_artifact, skip):

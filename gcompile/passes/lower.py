@@ -269,8 +269,11 @@ class Lowering:
         text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
         fused = [g for node, g in zip(stages, groups) if node.op == "fused"]
         prefetch_globals([v for v in values if not v["gemm"]], [w for x in writes for w in x])
+        collector = any(not v["gemm"] and v["collect"] for v in values)
+        if collector:
+            text += "; global sums in a collector block"
         return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
-                      f"{text}", {"stages": values, "rows": rows, "blocks": blocks, "m": m,
+                      f"{text}", {"stages": values, "rows": rows, "blocks": blocks, "m": m, "collector": collector,
                                   "rows_input": any(v.get("rows") for v in values)},
                       details, fused[0] if fused else None,
                       reads=sorted(set(r for x in reads + own_reads for r in x)),
@@ -674,12 +677,17 @@ class GroupCode:
         # A global reduction over several blocks: each stores its partials, the last to arrive (a ticket) sums
         # them in block order (gc_last_block). Ticket and partials (8 bytes a block each) are the kernel's
         # workspace in the arena; one block needs neither.
+        # A chain's stage (split) with 4-byte partials has them summed by a block of their own, the collector
+        # (gc_collect_partials), instead: the ticket word holds the launch's number, a partial's 8 bytes the
+        # value and that number.
         ticket, workspace = None, []
+        collect = split and bool(global_accs) and all(a["ctype"] in ("float", "int32_t") for a in global_accs)
         if global_accs and (blocks > 1 or split):
             base = self.lowering.plan.workspace(name, 8 + 8 * blocks * len(global_accs))
             ticket, workspace = f"((unsigned int*)(A + {base}))", [(base, base + 8 + 8 * blocks * len(global_accs))]
             for j, a in enumerate(global_accs):
                 a["partials"] = f"(({a['ctype']}*)(A + {base + 8 + 8 * blocks * j}))"
+                a["slots"] = f"((unsigned long long*)(A + {base + 8 + 8 * blocks * j}))"
         base = linear_index("o", lay.kept_shape, [strides(lay.domain)[d] for d in lay.kept]) if lay.kept else "0"
         offset = linear_index("r", [lay.domain[d] for d in lay.axes],
                               [strides(lay.domain)[d] for d in lay.axes]) if lay.axes else "0"
@@ -694,6 +702,7 @@ class GroupCode:
             "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,
             "global_after": global_after, "global_stores": global_stores,
             "sync": sy > 1, "tail": split and bool(global_accs or global_after or global_stores),
+            "collect": collect,
             # the threads whose global accumulators hold values (x < per, y = 0): the block's sum is theirs
             "contributors": 1 << (per - 1).bit_length(),
             "global_reads": [(self.lowering.pointer(n), self.lowering.ranges([n])) for n in global_reads],
