@@ -95,8 +95,8 @@ def mlp(batch, hidden, classes=10, features=20, momentum=0.0):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("hidden,momentum", [((), 0.0), ((32, 16), 0.0), ((24,), 0.9)],
-                         ids=["logreg", "mlp", "mlp_momentum"])
+@pytest.mark.parametrize("hidden,momentum", [((), 0.0), ((32, 16), 0.0), ((24,), 0.9), ((100, 48), 0.0)],
+                         ids=["logreg", "mlp", "mlp_momentum", "mlp_wide"])   # wide: post GEMMs of N > 32
 def test_training_steps_match_numpy(target, hidden, momentum, tmp_path):
     program = mlp(batch=64, hidden=hidden, momentum=momentum)
     model = gc.load(gc.compile(program, target=target, out_dir=tmp_path))
