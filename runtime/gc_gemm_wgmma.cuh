@@ -517,6 +517,9 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
     const int cc = gc_compute_capability();
+    if (cc == 0)
+        return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
+                       "the CUDA runtime cannot tell this GPU's compute capability");
     if (cc != 90)
         return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
                        "this GPU is of compute capability %d.%d; build with precision fp32 for it", cc / 10, cc % 10);
