@@ -223,6 +223,11 @@ def test_a_gemm_and_the_rows_reducing_it_become_one_chain_kernel():
                                      (3000, 8, 375, [(10, 16), "rows", (16, 10)])]
     chains = [k for k in kernels if k.kind == "chain"]
     assert all(k.values["stages"][1]["ticket"] and k.values["stages"][1]["tail"] for k in chains)
+    # the loss's float partials are summed by one more block, the collector, launched after the stage blocks
+    assert all(k.values["collector"] and k.values["stages"][1]["collect"] for k in chains)
+    for k in chains:
+        assert f"if (blockIdx.x == {k.values['blocks']}) {{   // the collector" in src.source
+        assert f"gc_launch({k.name}_kernel, {k.values['blocks'] + 1}, GC_BLOCK" in src.source
     offsets = [src.plan.workspaces[f"{k.name}_s1"] for k in chains]
     assert len(set(offsets)) == 5 and min(o for o, _ in offsets) >= max(b.end for b in src.plan.buffers)
     assert src.plan.arena_bytes == max(o + s for o, s in src.plan.workspaces.values())
