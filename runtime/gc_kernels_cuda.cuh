@@ -93,16 +93,21 @@ __device__ __forceinline__ void gc_prefetch_l1(const void* p) {
     asm volatile("prefetch.global.L1 [%0];" :: "l"(p));
 }
 
-// The last block's sum (or max) of the blocks' partials: thread t takes partials t, t + GC_BLOCK, ... in
-// order, then a fixed tree across the block. Partials are read past L1 (__ldcg): they were written by
-// other SMs.
+// The sum (or max) of `blocks` blocks' partials in block order, by one block: thread t takes partials t,
+// t + GC_BLOCK, ... in order (load(j): block j's), then a fixed tree across the block. The last block to
+// arrive (gc_reduce_partials) and a chain's collector (gc_collect_partials) both sum this way: the same bits.
+template <typename T, bool MAX, typename Load>
+__device__ T gc_sum_partials(int blocks, T init, void* scratch, Load load) {
+    T v = init;
+    for (int j = threadIdx.x; j < blocks; j += GC_BLOCK) v = gc_combine<T, MAX>(v, load(j));
+    return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, scratch);
+}
+
+// The last block's sum (or max) of the blocks' partials. Partials are read past L1 (__ldcg): they were
+// written by other SMs.
 template <typename T, bool MAX>
 __device__ T gc_reduce_partials(const T* partials, int blocks, T init, void* scratch) {
-    T v = init;
-    for (int j = threadIdx.x; j < blocks; j += GC_BLOCK) {
-        v = gc_combine<T, MAX>(v, __ldcg(partials + j));
-    }
-    return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, scratch);
+    return gc_sum_partials<T, MAX>(blocks, init, scratch, [&](int j) { return __ldcg(partials + j); });
 }
 
 // ---- a chain's global reduction in a block of its own -----------------------------------------------------
@@ -126,12 +131,12 @@ __device__ __forceinline__ void gc_tag_partial(unsigned long long* slot, T v, un
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(slot), "l"(word) : "memory");
 }
 
-// The collector's sum (or max) of the stage blocks' partials tagged `tag`, in gc_reduce_partials' order.
+// The collector's sum (or max) of the stage blocks' partials tagged `tag` (gc_sum_partials: block order),
+// each waited for until its tag is this launch's.
 template <typename T, bool MAX>
 __device__ T gc_collect_partials(const unsigned long long* slots, int blocks, T init, unsigned int tag,
                                  void* scratch) {
-    T v = init;
-    for (int j = threadIdx.x; j < blocks; j += GC_BLOCK) {
+    return gc_sum_partials<T, MAX>(blocks, init, scratch, [&](int j) {
         unsigned long long word;
         do {
             asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(slots + j) : "memory");
@@ -139,9 +144,8 @@ __device__ T gc_collect_partials(const unsigned long long* slots, int blocks, T 
         const unsigned int bits = (unsigned int)word;
         T x;
         memcpy(&x, &bits, 4);
-        v = gc_combine<T, MAX>(v, x);
-    }
-    return gc_reduce_columns<T, MAX, 1, GC_BLOCK>(v, scratch);
+        return x;
+    });
 }
 
 // ---- a chain's GEMM stage (lower.py's chain) -------------------------------------------------------------
