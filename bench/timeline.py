@@ -1,7 +1,7 @@
 """Where a compiled model's training step spends its time: each kernel's place in a steady-state step.
 
     PYTHONPATH=$PWD python3 -m bench.timeline examples/mnist_mlp.py --batch-size 128 [--precision tf32]
-        [--steps 64] [--trace FILE.json]
+        [--tuning RECORD.json] [--steps 64] [--trace FILE.json] [--trainer DATA_DIR [--epochs 3]]
 
 Needs a GPU and PyTorch (its profiler reads CUPTI's kernel records: every kernel a graph replay runs, with
 its device start and end). The model is built for the cuda target as `gcompile build` would (same flags),
@@ -12,6 +12,14 @@ the median start and end relative to its step's first kernel, and its duration. 
 duration includes that wait, so the step's critical path is read from the ends, not by adding durations.
 The period is the median distance between consecutive steps' first kernels: the step time under the
 profiler (a few percent above `Model.time_steps`' own, printed first).
+
+`--trainer DATA_DIR` places the kernels of the standalone trainer's steps instead — the benchmark's figure:
+its steps select their batch from the shuffled dataset on the device (the next batch's rows are computed
+beside the step, x is read in place), which the library's steps on one batch leave out. The library's
+exported `gc_main` trains `--epochs` epochs in this process (`train --data DATA_DIR`) under the profiler;
+the records are cut into steps at each launch of the library step's first kernel, and kernels that run in
+fewer than half of the steps (the evaluation between epochs, a graph launch's bookkeeping) are listed with
+their count.
 """
 from __future__ import annotations
 
@@ -55,6 +63,17 @@ def steps_of(events: list[dict], per_step: int) -> list[list[dict]]:
     return steps[len(steps) // 4: len(steps) - len(steps) // 4] or steps
 
 
+def steps_at(events: list[dict], head: str) -> list[list[dict]]:
+    """The records cut at each start of the kernel named `head` (a step's first kernel: each step holds the
+    records that start from it to the next one), the middle half of the steps; for the trainer's records,
+    whose kernels per step are not all the same (the evaluation after an epoch lands in one step)."""
+    starts = [i for i, e in enumerate(events) if e["name"] == head]
+    if len(starts) < 2:
+        raise ValueError(f"{len(starts)} launches of {head}: not enough records to cut into steps")
+    steps = [events[a:b] for a, b in zip(starts, starts[1:])]
+    return steps[len(steps) // 4: len(steps) - len(steps) // 4]
+
+
 def summarize(steps: list[list[dict]]) -> dict:
     """{"period": us, "kernels": [{name, start, end, dur}]}: medians over the steps, relative to each step's
     first kernel; kernels in the order of their median start."""
@@ -68,15 +87,23 @@ def summarize(steps: list[list[dict]]) -> dict:
     kernels = [{"name": name, "start": statistics.median(s for s, _, _ in v),
                 "end": statistics.median(e for _, e, _ in v), "dur": statistics.median(d for _, _, d in v),
                 "count": len(v)} for name, v in by_name.items()]
-    return {"period": period, "kernels": sorted(kernels, key=lambda k: k["start"])}
+    return {"period": period, "steps": len(steps), "kernels": sorted(kernels, key=lambda k: k["start"])}
 
 
 def table(summary: dict) -> str:
-    last = max(k["end"] for k in summary["kernels"])
+    """Every step's kernels in start order (the one that ends last marked); then those that ran in fewer than
+    half of the steps, with their count of launches."""
+    steps = summary.get("steps") or max(k["count"] for k in summary["kernels"])
+    regular = [k for k in summary["kernels"] if 2 * k["count"] >= steps]
+    last = max(k["end"] for k in regular)
     lines = [f"{'start us':>9} {'end us':>8} {'dur us':>7}  kernel"]
-    for k in summary["kernels"]:
+    for k in regular:
         mark = "  <- ends last" if k["end"] == last else ""
         lines.append(f"{k['start']:9.2f} {k['end']:8.2f} {k['dur']:7.2f}  {k['name']}{mark}")
+    for k in summary["kernels"]:
+        if 2 * k["count"] < steps:
+            lines.append(f"{k['start']:9.2f} {k['end']:8.2f} {k['dur']:7.2f}  {k['name']}  "
+                         f"({k['count']} launch{'es' if k['count'] != 1 else ''} in {steps} steps)")
     if summary["period"] is not None:
         lines.append(f"period (first kernel to the next step's first): {summary['period']:.2f} us")
     return "\n".join(lines)
@@ -94,6 +121,31 @@ def profile(model, steps: int, trace_path: Path) -> list[dict]:
     return kernel_events(json.loads(trace_path.read_text()))
 
 
+def profile_trainer(artifact, data_dir: str, epochs: int, trace_path: Path) -> list[dict]:
+    """Kernel records of the standalone trainer's `epochs` epochs (`train --data data_dir`), run in this
+    process through the library's gc_main (the binary's entry point), after a warm-up epoch. The library is
+    opened at its own path: not the copy gc.load opened for the model (another instance, its own state)."""
+    import torch
+
+    from gcompile.loader import ffi
+
+    lib = ffi.dlopen(str(artifact.library))
+    def train(n: int) -> None:
+        args = [ffi.new("char[]", a.encode()) for a in (artifact.binary, "train", "--data", data_dir,
+                                                          "--epochs", str(n))]
+        rc = lib.gc_main(len(args), ffi.new("char*[]", args))
+        if rc != 0:
+            raise RuntimeError(f"{Path(artifact.binary).name} train --data {data_dir} --epochs {n}: exit {rc}")
+
+    torch.zeros(1, device="cuda")
+    train(1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        train(epochs)
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(str(trace_path))
+    return kernel_events(json.loads(trace_path.read_text()))
+
+
 def main(argv=None) -> int:
     import gcompile as gc
     from gcompile.commands.model_file import add_model_arguments, compile_model
@@ -102,6 +154,10 @@ def main(argv=None) -> int:
     add_model_arguments(parser)
     parser.add_argument("--steps", type=int, default=64, help="steps under the profiler (default 64)")
     parser.add_argument("--trace", type=Path, default=None, help="keep the Chrome trace here")
+    parser.add_argument("--trainer", metavar="DATA_DIR", default=None,
+                        help="place the standalone trainer's steps on this dataset (a folder `gcompile data` wrote) "
+                             "instead of the library's")
+    parser.add_argument("--epochs", type=int, default=3, help="--trainer: epochs under the profiler (default 3)")
     args = parser.parse_args(argv)
     if args.target == "cpu":
         parser.error("the timeline is of the cuda target's kernels")
@@ -126,7 +182,17 @@ def main(argv=None) -> int:
               f"{per_step} kernels a step")
         trace = args.trace or Path(tmp) / "trace.json"
         events = profile(model, args.steps, trace)
-    print(table(summarize(steps_of(events, per_step))))
+        steps = steps_of(events, per_step)
+        if args.trainer:
+            head = steps[0][0]["name"]
+            try:
+                events = profile_trainer(artifact, args.trainer, args.epochs, trace)
+            except RuntimeError as e:
+                print(f"bench.timeline: {e}", file=sys.stderr)
+                return 1
+            steps = steps_at(events, head)
+            print(f"the trainer's steps, cut at each {head}:")
+    print(table(summarize(steps)))
     return 0
 
 

@@ -35,6 +35,7 @@ int gc_save(gc_model* m, const char* path);
 int gc_load(gc_model* m, const char* path);
 int gc_time_steps(gc_model* m, int which, int steps, double* seconds);
 int gc_check_file(const char* kind, const char* path);
+int gc_main(int argc, char** argv);
 """
 ffi = cffi.FFI()
 ffi.cdef(CDEF)

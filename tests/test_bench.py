@@ -292,6 +292,30 @@ def test_timeline_refuses_records_that_are_not_whole_steps():
         tl.steps_of(tl.kernel_events(fake_trace(1, per_step=2)), 3)
 
 
+def test_trainer_timeline_cuts_steps_at_the_first_kernel_and_lists_occasional_ones_apart():
+    """The trainer's records are not whole steps of a fixed count (an evaluation after an epoch, a graph
+    launch's bookkeeping): steps are cut at each start of the step's first kernel, and kernels that run in
+    fewer than half of them are listed apart with their count, not taken for the step's last."""
+    tl = bench.timeline
+    trace = fake_trace(8)
+    head = "gc_gemm_pipe_kernel gc_tile<64, 64, 16, 8, 4, 0, 8, 128, 256, 784, 4>"
+    trace["traceEvents"] += [{"ph": "X", "cat": "kernel", "name": "k7_eval_kernel", "ts": 100.0 + 20 * 3 + 15.0,
+                              "dur": 30.0}]   # after step 3's update: longer than every step's kernel
+    events = tl.kernel_events(trace)
+    with pytest.raises(ValueError, match="not steps of 3 kernels"):
+        tl.steps_of(events, 3)
+    steps = tl.steps_at(events, head)
+    assert [s[0]["ts"] for s in steps] == [120.0, 140.0, 160.0, 180.0, 200.0]   # 7 whole steps, 1 cut off each end
+    assert sum(e["name"] == "k7_eval_kernel" for s in steps for e in s) == 1
+    summary = tl.summarize(steps)
+    assert summary["steps"] == 5 and summary["period"] == 20.0
+    text = tl.table(summary)
+    assert "ends last" in next(line for line in text.splitlines() if "k2_update_kernel" in line)
+    assert "k7_eval_kernel  (1 launch in 5 steps)" in text and text.count("ends last") == 1
+    with pytest.raises(ValueError, match="1 launches of k1_chain_kernel"):
+        tl.steps_at(tl.kernel_events(fake_trace(1)), "k1_chain_kernel")
+
+
 def test_gcompile_step_is_the_trainers():
     """The gcompile row's step is its trainer's (the binary's epochs: training seconds / steps, the batch's
     selection included as in the peers' steps); the library's Model.time_steps figure stays beside it."""
