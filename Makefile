@@ -58,8 +58,9 @@ bench:
 	$(if $(wildcard .device/fashion-mnist),-$(BENCH_ENV) $(BENCH_PYTHON) -m gcompile data fashion-mnist --from .device/fashion-mnist)
 	$(BENCH_ENV) PYTHONUNBUFFERED=1 $(BENCH_PYTHON) -m bench.run $(BENCH_ARGS)
 
-# The tuning records make bench builds with (bench/tuned/, gcompile/tune.py), measured on the GPU machine:
-#   make tune TUNE_ARGS="--out $OUT"   (then copy them into bench/tuned/; --only mnist_mlp:128:fp32,...)
+# The tuning records make bench builds with (bench/tuned/<gpu>/, gcompile/tune.py), measured on the GPU machine:
+#   make tune TUNE_ARGS="--out $OUT"   (writes $OUT/<gpu>/*.json: copy that folder into bench/tuned/;
+#   --only mnist_mlp:128:fp32,...)
 tune:
 	-$(BENCH_ENV) $(BENCH_PYTHON) -m gcompile data mnist $(if $(wildcard .device/mnist.pkl.gz),--from .device/mnist.pkl.gz)
 	$(BENCH_ENV) PYTHONUNBUFFERED=1 $(BENCH_PYTHON) -m bench.tune $(TUNE_ARGS)

@@ -104,7 +104,7 @@ LEGEND = """\
 step us: per-step time (forward + backward + update, the batch's selection from the shuffled dataset on the
   device included; eltwise: one evaluation), median over timed windows after warm-up, p10-p90 their spread.
   gcompile's: its trainer's (the binary's epochs: training seconds / steps, min-max over the epochs), with
-  the GEMM tiles of its tuning record (bench/tuned/, make tune) where one was measured on this GPU; the
+  the GEMM tiles of its tuning record (bench/tuned/<gpu>/, make tune) where one was measured on this GPU; the
   library's step on one batch in its input buffer (Model.time_steps) and the default tiles' in the note.
   peer/gc: this row's step / gcompile fp32 step (> 1: gcompile faster).
 to-acc s: training-loop seconds until validation accuracy >= target (MLP 0.97, logreg 0.92; batch 128,
@@ -208,9 +208,13 @@ def environment(root: Path, device: str) -> dict:
     }
 
 
+def gpu_slug(gpu: str) -> str:
+    """A GPU's name as a file name's part: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower()
+
+
 def results_name(meta: dict) -> str:
-    gpu = re.sub(r"[^A-Za-z0-9]+", "-", meta["gpu"]).strip("-").lower()
-    return f"{gpu}-{meta['commit']}.json"
+    return f"{gpu_slug(meta['gpu'])}-{meta['commit']}.json"
 
 
 def write_json(results: dict, out_dir) -> Path:

@@ -5,8 +5,10 @@
 For each model, batch and precision the benchmark runs (logreg and the MLP at batch 128 and 1000, fp32 and
 tf32), gc.tune times the training step's GEMM tiles on this GPU with the benchmark's program (lr 0.1): the
 trainer's steps on the dataset (the binary's epochs, the step the benchmark reports), its first batch for
-the check of each candidate's update, and writes <model>_b<batch>_<precision>.json. A record holds the GPU it was measured on; the benchmark uses it
-only on a GPU of that name (gcompile/tune.py).
+the check of each candidate's update, and writes <out>/<gpu>/<model>_b<batch>_<precision>.json, <gpu> this
+GPU's name as a folder's (`nvidia-h100-80gb-hbm3`). A record holds the GPU it was measured on; the
+benchmark uses the records of the GPU it runs on, from that GPU's folder (gcompile/tune.py), so records of
+several GPUs sit side by side.
 """
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ import sys
 from pathlib import Path
 
 from gcompile.data import default_data_dir
-from gcompile.tune import tune, write_record
+from gcompile.tune import gpu_name, tune, write_record
 
+from .report import gpu_slug
 from .tasks import LR, ROOT, TARGETS, Dataset, Task, load_example, make_program
 
 TUNED = ROOT / "bench" / "tuned"
@@ -24,8 +27,9 @@ CONFIGS = [(model, batch, precision) for model in ("mnist_logreg", "mnist_mlp") 
            for precision in ("fp32", "tf32")]
 
 
-def record_path(model: str, batch: int, precision: str, root: Path = TUNED) -> Path:
-    return root / f"{model}_b{batch}_{precision}.json"
+def record_path(model: str, batch: int, precision: str, gpu: str, root: Path = TUNED) -> Path:
+    """Where the record of (model, batch, precision) measured on the GPU named `gpu` lives under root."""
+    return root / gpu_slug(gpu) / f"{model}_b{batch}_{precision}.json"
 
 
 def main(argv=None) -> int:
@@ -40,15 +44,20 @@ def main(argv=None) -> int:
         for item in args.only.split(","):
             model, batch, precision = item.split(":")
             configs.append((model, int(batch), precision))
+    gpu = gpu_name()
+    if gpu is None:
+        print("bench.tune: no GPU (nvidia-smi names none): the records are measured on the GPU they are for",
+              file=sys.stderr)
+        return 2
     data = Dataset.load(args.data or default_data_dir("mnist"))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     for model, batch, precision in configs:
         task = Task(model, batch, make_program(load_example(model), batch, LR), data, "mnist", TARGETS[model])
         record = tune(task.program, name=model, precision=precision, inputs=task.batch0(), data=data.path, windows=3,
                       log=lambda line: print(line, flush=True))
         record.update(batch_size=batch, lr=LR)
-        path = record_path(model, batch, precision, out)
+        path = record_path(model, batch, precision, gpu, out)
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_record(record, path)
         print(f"wrote {path}", flush=True)
     return 0

@@ -109,18 +109,25 @@ def test_the_benchmark_records_fit_the_benchmark_programs():
     """bench/tuned/ (make tune) must keep matching the programs make bench builds, else it runs untuned."""
     load_bench()
     from bench.tasks import LR, load_example as bench_example, make_program
-    from bench.tune import CONFIGS, record_path
+    from bench.report import gpu_slug
+    from bench.tune import CONFIGS, TUNED, record_path
+    gpus = sorted(p.name for p in TUNED.iterdir() if p.is_dir())
     found = 0
-    for model, batch, precision in CONFIGS:
-        path = record_path(model, batch, precision)
-        if path.is_file():
-            found += 1
-            record = read_record(path)
-            compile_program(make_program(bench_example(model), batch, LR), "cuda", model, precision=precision,
-                            tuning=record)
-    # the MLP's fp32 records (b128, b1000) and its b1000 tf32 one (made again for the wgmma tiles)
-    assert found >= 3 and all(record_path("mnist_mlp", batch, precision).is_file()
-                              for batch, precision in ((128, "fp32"), (1000, "fp32"), (1000, "tf32")))
+    for folder in gpus:
+        for model, batch, precision in CONFIGS:
+            path = TUNED / folder / record_path(model, batch, precision, folder).name
+            if path.is_file():
+                found += 1
+                record = read_record(path)
+                assert gpu_slug(record["gpu"]) == folder, f"{path}: measured on {record['gpu']}"
+                compile_program(make_program(bench_example(model), batch, LR), "cuda", model, precision=precision,
+                                tuning=record)
+    assert not list(TUNED.glob("*.json")), "records belong in their GPU's folder"
+    # on each GPU machine: the MLP's fp32 records (b128, b1000) and its b1000 tf32 one
+    for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        assert all(record_path("mnist_mlp", batch, precision, gpu).is_file()
+                   for batch, precision in ((128, "fp32"), (1000, "fp32"), (1000, "tf32"))), gpu
+    assert found >= 6
 
 
 def test_disagreeing_names_the_updates_off_by_more_than_the_bound():
