@@ -93,17 +93,17 @@ def summarize(steps: list[list[dict]]) -> dict:
 def table(summary: dict) -> str:
     """Every step's kernels in start order (the one that ends last marked); then those that ran in fewer than
     half of the steps, with their count of launches."""
-    steps = summary.get("steps") or max(k["count"] for k in summary["kernels"])
+    steps = summary["steps"]
     regular = [k for k in summary["kernels"] if 2 * k["count"] >= steps]
+    occasional = [k for k in summary["kernels"] if 2 * k["count"] < steps]
     last = max(k["end"] for k in regular)
     lines = [f"{'start us':>9} {'end us':>8} {'dur us':>7}  kernel"]
     for k in regular:
         mark = "  <- ends last" if k["end"] == last else ""
         lines.append(f"{k['start']:9.2f} {k['end']:8.2f} {k['dur']:7.2f}  {k['name']}{mark}")
-    for k in summary["kernels"]:
-        if 2 * k["count"] < steps:
-            lines.append(f"{k['start']:9.2f} {k['end']:8.2f} {k['dur']:7.2f}  {k['name']}  "
-                         f"({k['count']} launch{'es' if k['count'] != 1 else ''} in {steps} steps)")
+    for k in occasional:
+        lines.append(f"{k['start']:9.2f} {k['end']:8.2f} {k['dur']:7.2f}  {k['name']}  "
+                     f"({k['count']} launch{'es' if k['count'] != 1 else ''} in {steps} steps)")
     if summary["period"] is not None:
         lines.append(f"period (first kernel to the next step's first): {summary['period']:.2f} us")
     return "\n".join(lines)
