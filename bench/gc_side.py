@@ -17,7 +17,7 @@ import numpy as np
 import gcompile as gc
 
 from .report import row, skipped
-from .tasks import LR, Task, check_loss
+from .tasks import LR, Recipe, Task, check_loss
 from .timing import time_windows
 
 EPOCH_LINE = re.compile(r"epoch\s+(\d+)/\d+.*?val_acc\s+([0-9.]+)")
@@ -64,15 +64,17 @@ def binary_help(binary: str) -> str:
 
 
 def run_binary(artifact, data_dir: str, epochs: int, batch: int, train_count: int, target: float | None,
-               timeout: float) -> dict:
-    """Train with the standalone binary (lr 0.1, shuffled) and read its epoch lines as they are printed.
-    Returns per-epoch validation accuracy, training-loop seconds (steps * batch / examples_per_s of its
-    --log lines), seconds from process start to each epoch line, and the --target-acc line of the log (the
-    binary's own timing) when it wrote one."""
+               timeout: float, recipe: Recipe | None = None) -> dict:
+    """Train with the standalone binary (the recipe's lr and order; without one lr 0.1, shuffled) and read its
+    epoch lines as they are printed. Returns per-epoch validation accuracy, training-loop seconds (steps *
+    batch / examples_per_s of its --log lines), seconds from process start to each epoch line, and the
+    --target-acc line of the log (the binary's own timing) when it wrote one."""
     log = Path(artifact.out_dir) / "bench-train.jsonl"
     log.unlink(missing_ok=True)
-    cmd = [artifact.binary, "train", "--data", data_dir, "--epochs", str(epochs), "--lr", str(LR),
-           "--log", str(log)]
+    cmd = [artifact.binary, "train", "--data", data_dir, "--epochs", str(epochs),
+           "--lr", str(recipe.lr if recipe else LR), "--log", str(log)]
+    if recipe is not None and not recipe.shuffle:
+        cmd.append("--no-shuffle")
     if target is not None and "--target-acc" in binary_help(artifact.binary):
         cmd += ["--target-acc", str(target)]
     seen, lines = {}, []
@@ -206,11 +208,14 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
                       windows=len(per_step), timing="binary epoch log (train seconds / steps)")
         notes.append("no Model.time_steps: step = binary's epoch train time / steps")
     library_timed = fields.get("timing", "").startswith("Model.time_steps")   # else the binary's epochs, above
-    if with_accuracy and task.target is not None:
+    run = None
+    if with_accuracy and task.target is not None and task.recipe is not None:
         run = run_binary(artifact, task.data.path, settings.max_epochs, task.batch, len(task.data.train_y),
-                         task.target, timeout=120)
-        fields.update(accuracy_fields(run, task.target), binary_run=run)
-    elif library_timed:
+                         task.target, timeout=120, recipe=task.recipe)
+        fields.update(accuracy_fields(run, task.target), binary_run=run, recipe=task.recipe.label)
+        if not task.recipe.shuffle:
+            run = None   # the step is timed on shuffled batches (the legend's), as every peer's is
+    if library_timed and run is None:
         run = run_binary(artifact, task.data.path, 2 if settings.quick else 3, task.batch, len(task.data.train_y),
                          None, timeout=120)
     if library_timed:

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from .report import failed, row, skipped
-from .tasks import LR, RECIPE_BATCH, Task, check_loss
+from .tasks import LR, Task, check_loss
 from .timing import time_to_accuracy, time_windows
 
 IMPLS = ("jax-jit", "jax-scan")
@@ -80,7 +80,7 @@ def hlo_kernels(text: str, scan: bool) -> int | None:
     return count(entry)
 
 
-def make_functions(jax, depth: int, batch: int, steps: int):
+def make_functions(jax, depth: int, batch: int, steps: int, lr: float = LR):
     import jax.numpy as jnp
     from jax import lax
 
@@ -95,7 +95,7 @@ def make_functions(jax, depth: int, batch: int, steps: int):
     def step(params, X, Y, perm, s):
         idx = lax.dynamic_slice_in_dim(perm, s * batch, batch)
         loss, grads = jax.value_and_grad(loss_fn)(params, X[idx], Y[idx])
-        return jax.tree_util.tree_map(lambda p, g: p - LR * g, params, grads), loss
+        return jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads), loss
 
     def epoch(params, X, Y, perm):
         params, losses = lax.scan(lambda p, s: step(p, X, Y, perm, s), params, jnp.arange(steps, dtype=jnp.int32))
@@ -145,7 +145,7 @@ def jax_row(jax, task, impl, precision, settings, budget, with_accuracy) -> dict
     if d.name not in _resident:
         _resident[d.name] = tuple(jax.device_put(a) for a in (d.train_x, d.train_y, d.valid_x, d.valid_y))
     X, Y, VX, VY = _resident[d.name]
-    step, epoch, predict = make_functions(jax, depth, b, steps)
+    step, epoch, predict = make_functions(jax, depth, b, steps, task.recipe.lr if task.recipe else LR)
     params = jax.device_put(initial)
     order = jnp.arange(n, dtype=jnp.int32)
     scan = impl == "jax-scan"
@@ -176,17 +176,21 @@ def jax_row(jax, task, impl, precision, settings, budget, with_accuracy) -> dict
         state["params"] = p
         return time.perf_counter() - t0
     fields.update(time_windows(run_window, settings, warmup=2 if scan else None, steps_per_call=steps if scan else 1))
-    if with_accuracy and task.target is not None and b == RECIPE_BATCH:
+    if with_accuracy and task.target is not None and task.recipe is not None:
         reason = budget.allows(settings.max_epochs * steps * fields["step_s"] * 1.5 + 5)
         if reason:
             notes.append(f"no accuracy run: {reason}")
         else:
             fields.update(accuracy_run(jax, compiled, scan, predict, initial, X, Y, VX, VY, indices, n,
-                                       task.target, settings.max_epochs))
+                                       task.target, settings.max_epochs, task.recipe.shuffle))
     return row(task.section, task.model, b, impl, note="; ".join(notes), **fields)
 
 
-def accuracy_run(jax, compiled, scan, predict, initial, X, Y, VX, VY, indices, n, target, max_epochs) -> dict:
+def accuracy_run(jax, compiled, scan, predict, initial, X, Y, VX, VY, indices, n, target, max_epochs,
+                 shuffle: bool = True) -> dict:
+    """Train epochs from the initial values, in a new permutation each (shuffle) or the file's order, until the
+    target accuracy."""
+    import jax.numpy as jnp
     predict = jax.jit(predict)
 
     @jax.jit
@@ -195,11 +199,15 @@ def accuracy_run(jax, compiled, scan, predict, initial, X, Y, VX, VY, indices, n
         return key, jax.random.permutation(sub, n).astype("int32")
     jax.block_until_ready(next_permutation(jax.random.PRNGKey(1)))  # compiled before the clock starts
     state = {"params": jax.device_put(initial), "key": jax.random.PRNGKey(0)}
+    in_order = jax.block_until_ready(jnp.arange(n, dtype=jnp.int32))
 
     def train_epoch(_):
         jax.block_until_ready(state["params"])
         t0 = time.perf_counter()
-        state["key"], perm = next_permutation(state["key"])
+        if shuffle:
+            state["key"], perm = next_permutation(state["key"])
+        else:
+            perm = in_order
         p = state["params"]
         if scan:
             p, _ = compiled(p, X, Y, perm)

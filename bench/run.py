@@ -24,7 +24,7 @@ from gcompile.errors import GCompileError
 from . import gc_side, jax_peers, torch_peers
 from .report import (LEGEND, SECTIONS, add_ratios, check_targets, environment, failed, format_table, format_targets,
                      row, skipped, write_json)
-from .tasks import LR, RECIPE_BATCH, ROOT, TARGETS, Dataset, Task, load_example, make_program
+from .tasks import LR, RECIPE_BATCH, RECIPES, ROOT, TARGETS, Dataset, Task, load_example, make_program
 from .timing import Budget, Settings
 
 IMPL_ORDER = ("gcompile", "torch-eager", "torch-compile", "torch-graph", "jax-jit", "jax-scan", "torch copy_")
@@ -96,8 +96,9 @@ class Bench:
                 if data is None:
                     self.rows.append(skipped("mnist", model, batch, "all", self.extra["mnist_data"]))
                     continue
-                task = Task(model, batch, make_program(example, batch, LR), data, "mnist", TARGETS[model])
-                recipe = batch == RECIPE_BATCH
+                task = Task(model, batch, make_program(example, batch, LR), data, "mnist", TARGETS[model],
+                            RECIPES.get(batch))
+                recipe = task.recipe is not None
                 print(f"== {model} batch {batch}", flush=True)
                 self.gcompile(task, "fp32", recipe)
                 self.gcompile(task, "tf32", False)

@@ -2,7 +2,8 @@
 
 Every implementation starts from the gcompile program's own initial values (the peers copy them), trains
 on the same data resident on the device as float32 (uint8 * 1/256), with the same recipe for time to
-accuracy: batch 128, lr 0.1, shuffled every epoch, plain SGD (the examples' optimizer).
+accuracy (RECIPES, plain SGD: the examples' optimizer): at batch 128 lr 0.1, shuffled every epoch; at batch
+1000 the reference experiment's (reference_mnist.md: lr 1.0, the file's order).
 """
 from __future__ import annotations
 
@@ -19,9 +20,22 @@ from gcompile.graph import topological_order
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-LR = 0.1
+LR = 0.1   # the programs' learning rate: the tuning records' programs (bench/tuned/) are built with it
 TARGETS = {"mnist_logreg": 0.92, "mnist_mlp": 0.97}   # validation accuracy for time to accuracy
-RECIPE_BATCH = 128
+RECIPE_BATCH = 128   # the convolutional nets' batch
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How every implementation trains for time to accuracy at one batch size. The learning rate is a run-time
+    setting (the binary's --lr, the peers' optimizers): the programs keep LR, so their tuning records hold."""
+    lr: float
+    shuffle: bool   # a new permutation every epoch, else the dataset's file order
+    label: str
+
+
+RECIPES = {128: Recipe(0.1, True, "batch 128, lr 0.1, shuffled every epoch"),
+           1000: Recipe(1.0, False, "the reference experiment: batch 1000, lr 1.0, file order")}
 
 
 def load_example(name: str):
@@ -85,6 +99,7 @@ class Task:
     data: Dataset
     section: str = "mnist"
     target: float | None = None   # validation accuracy for time to accuracy (None: not measured)
+    recipe: Recipe | None = None   # how time to accuracy trains (None: not measured)
 
     @functools.cached_property
     def init(self) -> dict:

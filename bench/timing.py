@@ -5,7 +5,8 @@ Per-step time: `run_window(n)` runs n steps and returns the seconds they took, m
 window calibrates the step count so that a timed window lasts about `window_s`; then `windows` windows are
 timed, and the per-step time of each window is one sample (median and p10/p90 reported).
 
-Time to accuracy: `train_epoch(epoch)` runs one shuffled epoch and returns its device-synchronised seconds;
+Time to accuracy: `train_epoch(epoch)` runs one epoch (in its recipe's order: bench/tasks.py, RECIPES) and returns
+its device-synchronised seconds;
 `evaluate()` returns the validation accuracy. Evaluation runs between epochs and is not counted.
 """
 from __future__ import annotations

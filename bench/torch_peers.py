@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from .report import failed, row, skipped
-from .tasks import RECIPE_BATCH, Task, check_loss
+from .tasks import Task, check_loss
 from .timing import time_to_accuracy, time_windows
 
 IMPLS = ("torch-eager", "torch-graph", "torch-compile")
@@ -138,8 +138,8 @@ def count_kernels(torch, step, batches, steps=5):
 
 
 def accuracy_run(torch, task, model, initial, step, sync, device, max_epochs):
-    """Reset to the initial values (in place: a captured graph holds these tensors), then train shuffled
-    epochs until the target accuracy."""
+    """Reset to the initial values (in place: a captured graph holds these tensors), then train epochs in the
+    recipe's order (shuffled, or the file's) until the target accuracy."""
     X, Y, VX, VY = resident(torch, task, device)
     with torch.no_grad():
         for p, p0 in zip(model.parameters(), initial):
@@ -151,7 +151,8 @@ def accuracy_run(torch, task, model, initial, step, sync, device, max_epochs):
     def train_epoch(_):
         sync()
         t0 = time.perf_counter()
-        perm = torch.randperm(n, device=device, generator=gen)
+        perm = (torch.randperm(n, device=device, generator=gen) if task.recipe.shuffle else
+                torch.arange(n, device=device))
         for s in range(n // b):
             step(perm[s * b:(s + 1) * b])
         sync()
@@ -230,7 +231,7 @@ def torch_row(torch, task, impl, precision, mode, settings, budget, device, with
         fields["kernels"], copies = count_kernels(torch, step, batches)
         if copies:
             notes.append(f"+{copies} memcpy/memset per step")
-    if with_accuracy and task.target is not None and task.batch == RECIPE_BATCH:
+    if with_accuracy and task.target is not None and task.recipe is not None:
         reason = budget.allows(settings.max_epochs * len(batches) * fields["step_s"] * 1.5)
         if reason:
             notes.append(f"no accuracy run: {reason}")

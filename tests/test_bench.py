@@ -211,6 +211,8 @@ if args == ["--help"]:
     sys.exit(0)
 log = args[args.index("--log") + 1]
 assert args[:1] == ["train"] and args[args.index("--target-acc") + 1] == "0.97"
+with open(log + ".args", "w") as f:
+    json.dump(args, f)
 print("training fake: 50000 examples, batch 128, 390 steps per epoch, cuda", flush=True)
 with open(log, "a") as f:
     for epoch, acc in ((1, 0.95), (2, 0.975)):
@@ -232,14 +234,33 @@ def test_binary_run_reads_epoch_lines_and_the_log(tmp_path):
     assert "--target-acc" in run["command"]
     fields = bench.gc_side.accuracy_fields(run, 0.97)
     assert fields["tta_epochs"] == 2 and fields["tta_s"] == 0.04 and 0 < fields["start_to_target_s"] < 60
+    args = json.loads((tmp_path / "bench-train.jsonl.args").read_text())
+    assert args[args.index("--lr") + 1] == "0.1" and "--no-shuffle" not in args   # no recipe: lr 0.1, shuffled
+
+
+def test_binary_runs_each_batch_size_s_recipe(tmp_path):
+    """Batch 128 trains at lr 0.1 shuffled, batch 1000 the reference experiment's way (lr 1.0, file order):
+    the binary is told both, on the command line."""
+    from bench.tasks import RECIPES
+    binary = tmp_path / "fake"
+    binary.write_text(FAKE_BINARY.format(python=sys.executable))
+    binary.chmod(0o755)
+    artifact = type("Artifact", (), {"binary": str(binary), "out_dir": str(tmp_path)})
+    seen = {}
+    for batch in (128, 1000):
+        bench.gc_side.run_binary(artifact, str(tmp_path), 30, batch, 50000, 0.97, timeout=60, recipe=RECIPES[batch])
+        args = json.loads((tmp_path / "bench-train.jsonl.args").read_text())
+        seen[batch] = (float(args[args.index("--lr") + 1]), "--no-shuffle" in args)
+    assert seen == {128: (0.1, False), 1000: (1.0, True)}
+    assert RECIPES[1000].lr == 1.0 and not RECIPES[1000].shuffle and "reference" in RECIPES[1000].label
 
 
 def test_targets_are_checked_on_the_rows_of_the_run():
     checks = {c["label"]: c for c in report.check_targets(fake_rows())}
     assert checks["MLP step, batch 128, fp32"]["ok"] and checks["MLP step, batch 128, fp32"]["value"] == 10
     assert checks["MLP b128: JAX scan fp32 / gcompile"]["value"] == pytest.approx(4.0)
-    assert checks["MLP time to 97% (training loop)"]["value"] == pytest.approx(30.0)
-    assert checks["MLP process start to 97% printed"]["ok"] and checks["MLP compile, cold"]["ok"]
+    assert checks["MLP time to 97% (training loop), b128 lr 0.1 shuffled"]["value"] == pytest.approx(30.0)
+    assert checks["MLP process start to 97% printed, b128"]["ok"] and checks["MLP compile, cold"]["ok"]
     assert "MLP step, batch 1000, fp32" not in checks  # no gcompile row at batch 1000
     text = report.format_targets(list(checks.values()))
     assert "ok   MLP step, batch 128, fp32: 10 us (target <= 15 us)" in text
