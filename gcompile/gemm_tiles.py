@@ -244,11 +244,23 @@ def candidates(m: int, n: int, k: int, precision: str, batch: int = 1, pipelined
         if tile.stages and not pipelined:
             continue
         for split in tile.splits():
-            if split > 1 and (k < 2 * split * tile.bk or batch * split > 65535):
-                continue   # each split must keep at least two K steps
-            out.append((cost(tile, split, m, n, k, batch), tile, split))
+            if split_fits(tile, split, k, batch):
+                out.append((cost(tile, split, m, n, k, batch), tile, split))
     out.sort(key=lambda c: (c[0], -c[1].bm * c[1].bn, c[2]))
     return out
+
+
+def split_fits(tile: Tile, split: int, k: int, batch: int = 1) -> bool:
+    """Whether a GEMM of K = k, `batch` times, can be split `split` ways on this tile: each split keeps at least
+    two K steps, and the grid's third dimension (batch x split) stays under its limit."""
+    return split == 1 or (k >= 2 * split * tile.bk and batch * split <= 65535)
+
+
+def other_splits(tile: Tile, split: int, k: int, batch: int = 1, rows: bool = False) -> list[int]:
+    """The splits next to `split` on the same tile — doubled, then halved — that the tile supports for this
+    GEMM (tuning's search around the tile it kept: gcompile/tune.py)."""
+    return [s for s in (2 * split, split // 2)
+            if s in tile.splits() and split_fits(tile, s, k, batch) and rows_fit(tile, s, rows)]
 
 
 def rows_fit(tile: Tile, split: int, rows: bool) -> bool:
@@ -269,7 +281,7 @@ def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, ba
         raise GCompileError(f"tuned tile {name}: only float32 GEMMs are tuned, this one is {dtype}")
     if tile not in TILES[precision]:
         raise GCompileError(f"tuned tile {name} is not a {precision} catalogue tile")
-    if split not in tile.splits() or (split > 1 and (k < 2 * split * tile.bk or batch * split > 65535)):
+    if split not in tile.splits() or not split_fits(tile, split, k, batch):
         raise GCompileError(f"tuned tile {name}: split {split} does not fit it at K={k} (its splits: "
                             f"{tile.splits()})")
     if not rows_fit(tile, split, rows):
