@@ -256,13 +256,6 @@ def split_fits(tile: Tile, split: int, k: int, batch: int = 1) -> bool:
     return split == 1 or (k >= 2 * split * tile.bk and batch * split <= 65535)
 
 
-def other_splits(tile: Tile, split: int, k: int, batch: int = 1, rows: bool = False) -> list[int]:
-    """The splits next to `split` on the same tile — doubled, then halved — that the tile supports for this
-    GEMM (tuning's search around the tile it kept: gcompile/tune.py)."""
-    return [s for s in (2 * split, split // 2)
-            if s in tile.splits() and split_fits(tile, s, k, batch) and rows_fit(tile, s, rows)]
-
-
 def rows_fit(tile: Tile, split: int, rows: bool) -> bool:
     """Whether the trainer's launches of a GEMM that reads the image input in place can run this tile: the
     pipelined ones read the rows themselves (fp32: float rows, which the trainer gives them, GC_X_FLOAT; tf32:

@@ -148,7 +148,7 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
     the dataset, as users' training does, instead of the library's; workdir: where the candidate builds go
     (default: a temporary folder)."""
     from .build import build, compile_flags, detect_arch, header_commands
-    from .gemm_tiles import Tile, alternatives, check_precision, cost, other_splits, tile_by_name
+    from .gemm_tiles import Tile, alternatives, check_precision, cost
     from .loader import load
     from .pipeline import compile_program
 
@@ -224,64 +224,31 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
         f"{count} alternatives each")
     order = sorted(sites, key=lambda s: -cost(*Tile.parse(s["tile"]), s["m"], s["n"], s["k"], s["batch"]))
     trials = []
-
-    def trial(site, tile, split) -> bool:
-        """Build with the site's GEMM on (tile, split), check its update, time it against the best build so
-        far and keep it when faster by the margin."""
-        nonlocal best_tiles, best, best_us
-        tiles = {**best_tiles, site["kernel"]: (tile.name, split)}
-        model = model_for(tiles)
-        off = disagreeing(update_of(model), reference, agree)
-        if off:
-            against = "the fp32 build does" if precision == "tf32" else "the default tiles do"
-            raise GCompileError(f"tune: kernel {site['kernel']} on tile {tile.name} split {split} updates "
-                                f"{', '.join(off)} otherwise than {against} (beyond {agree:g} norm-wise): a GEMM "
-                                "tile is wrong")
-        best_us, us = timed([best, model])
-        kept = us < best_us * (1 - margin)
-        trials.append({"kernel": site["kernel"], "tile": tile.name, "split": split, "us": round(us, 3),
-                       "best_us": round(best_us, 3), "kept": kept})
-        log(f"  {site['name']:<28} {tile.name:<28} split {split}: {us:7.2f} us (best {best_us:7.2f})"
-            + ("  kept" if kept else ""))
-        if kept:
-            best_tiles, best, best_us = tiles, model, us
-        return kept
-
-    def kept_tile(site) -> tuple:
-        """(tile, split) of the site's GEMM in the best build so far."""
-        if site["kernel"] in best_tiles:
-            name, split = best_tiles[site["kernel"]]
-            return tile_by_name(name), split
-        return Tile.parse(site["tile"])
-
-    def other_splits_of(site, tried: set) -> None:
-        """The kept tile at other splits, one step at a time (doubled, else halved) while that gains: the cost
-        model's few cheapest pairs leave most of a tile's splits out."""
-        for up in (True, False):
-            while True:
-                tile, split = kept_tile(site)
-                nearby = [s for s in other_splits(tile, split, site["k"], site["batch"], site["rows"])
-                          if (s > split) == up and (tile, s) not in tried]
-                if not nearby:
-                    break
-                tried.add((tile, nearby[0]))
-                if not trial(site, tile, nearby[0]):
-                    break
-
     for site in order:
         options = alternatives(site["m"], site["n"], site["k"], site["trans_a"], site["trans_b"], precision,
                                site["batch"], site["dtype"], site["rows"], count)
-        tried = {kept_tile(site)}
+        current = site["tile"]   # the site's tile in the best build so far
         for tile, split in options:
-            if (tile, split) not in tried:
-                tried.add((tile, split))
-                trial(site, tile, split)
-        other_splits_of(site, tried)
-    # Once more over the splits alone: which split pays for one GEMM depends on the tiles the GEMMs beside it
-    # got after it (H200, the MLP's trainer at batch 1000: dW1's kept tile at split 8 instead of 4 was slower,
-    # 51.3 against 49.9 us, with x @ W1 on its default tile, and faster, 48.3 against 49.6, on its tuned one).
-    for site in order:
-        other_splits_of(site, {kept_tile(site)})
+            text = tile.c_type(split, site["m"], site["n"], site["k"])
+            if text == current:
+                continue
+            tiles = {**best_tiles, site["kernel"]: (tile.name, split)}
+            model = model_for(tiles)
+            got = update_of(model)
+            off = disagreeing(got, reference, agree)
+            if off:
+                against = "the fp32 build does" if precision == "tf32" else "the default tiles do"
+                raise GCompileError(f"tune: kernel {site['kernel']} on tile {tile.name} split {split} updates "
+                                    f"{', '.join(off)} otherwise than {against} (beyond {agree:g} norm-wise): a GEMM "
+                                    "tile is wrong")
+            best_us, us = timed([best, model])
+            kept = us < best_us * (1 - margin)
+            trials.append({"kernel": site["kernel"], "tile": tile.name, "split": split, "us": round(us, 3),
+                           "best_us": round(best_us, 3), "kept": kept})
+            log(f"  {site['name']:<28} {tile.name:<28} split {split}: {us:7.2f} us (best {best_us:7.2f})"
+                + ("  kept" if kept else ""))
+            if kept:
+                best_tiles, best, best_us, current = tiles, model, us, text
     tuned_us, baseline_us = timed([best, model_for({})])
     kernels = []
     for site in sites:

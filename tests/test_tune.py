@@ -8,7 +8,7 @@ import pytest
 
 import gcompile as gc
 from gcompile.cli import main
-from gcompile.gemm_tiles import TILES, Tile, alternatives, choose_tile, other_splits, tile_by_name, tuned_tile
+from gcompile.gemm_tiles import TILES, Tile, alternatives, choose_tile, tuned_tile
 from gcompile.pipeline import compile_program
 from gcompile.tune import FORMAT, TF32_STEP_AGREE, disagreeing, gemm_sites, program_digest, read_record
 
@@ -139,20 +139,6 @@ def test_disagreeing_names_the_updates_off_by_more_than_the_bound():
     assert disagreeing(got, ref, 1e-3) == ["W"]
     assert disagreeing({**got, "skip": np.array(1e-9)}, ref, TF32_STEP_AGREE) == ["skip"]
     assert disagreeing({**got, "b": np.array([-1.0])}, ref, TF32_STEP_AGREE) == ["b"]
-
-
-def test_other_splits_are_the_usable_ones_next_to_a_split():
-    """What tuning tries after a GEMM's alternatives: its kept tile at double, then half the split."""
-    tile = tile_by_name("64x64x32/8x4/fp32/cp3")
-    assert other_splits(tile, 4, 1000) == [8, 2]
-    assert other_splits(tile, 8, 1000) == [4]      # 16 is past a cluster's portable size
-    assert other_splits(tile, 2, 128) == [1]       # split 4 would leave each split one K step of 32
-    assert other_splits(tile, 1, 100) == []
-    wide = tile_by_name("32x32x16/4x4/fp32")         # BM 32: split 8 shares out 4 rows a rank
-    assert other_splits(wide, 4, 1000) == [8, 2]
-    for split in (1, 2, 4, 8):
-        for s in other_splits(tile, split, 1000, rows=True):
-            tuned_tile(tile.name, s, 784, 256, 1000, "fp32", rows=True)   # raises when unusable
 
 
 @pytest.mark.gpu
