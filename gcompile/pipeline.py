@@ -87,7 +87,7 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
         if target != "cuda":
             raise GCompileError(f"a tuning record chooses GEMM tiles of the cuda target, not {target!r}")
         tiles = {**record_tiles(tuning, stages["simplify"], precision), **(tiles or {})}
-    kernels = lower(schedules, plan, precision, tiles)
+    kernels = lower(schedules, plan, precision, tiles, target)
     if tuning is not None:
         check_applied(tuning, kernels)
     module.kernels = {g: len(ks) for g, ks in kernels.items()}   # one launch per lowered kernel

@@ -40,6 +40,14 @@ struct gc_ep_store {
     template <typename T> GC_HD T operator()(int, int, int, T acc) const { return acc; }
 };
 
+// A split GEMM whose reader sums its splits (cuda; lower.py's fold_split_sums, gc_chain_sum_partials): each
+// split's block stores its partial tile, unchanged, at C + split * M * N (C: the partials' workspace) — no
+// cluster, no sum, no epilogue (the reader applies the GEMM's).
+struct gc_ep_partial {
+    static constexpr bool partials = true;
+    template <typename T> GC_HD T operator()(int, int, int, T acc) const { return acc; }
+};
+
 // GC_OK when a launch fits its tile's static shape (and its sizes are not negative), else a message.
 template <class Tile>
 static int gc_gemm_check(int M, int N, int K, int batch) {

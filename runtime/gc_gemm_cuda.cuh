@@ -262,6 +262,8 @@ __device__ __forceinline__ void gc_gemm_epilogue(const Ep& ep, int b, int m, int
 // An epilogue functor that stores nothing itself may say so (`static constexpr bool prefetch = true;`): the
 // kernel then calls it once on zeros while the first K step's loads are in flight, and waits for its loads
 // there, so that the operands it reads (a mask, a bias) are in L1 when the real epilogue runs.
+template <class Ep, class = void> struct gc_ep_partials { static constexpr bool value = false; };
+template <class Ep> struct gc_ep_partials<Ep, gc_void_t<decltype(Ep::partials)>> { static constexpr bool value = Ep::partials; };
 template <class Ep, class = void> struct gc_ep_prefetch { static constexpr bool value = false; };
 template <class Ep> struct gc_ep_prefetch<Ep, gc_void_t<decltype(Ep::prefetch)>> { static constexpr bool value = Ep::prefetch; };
 // A zero the compiler cannot see through (so that the functor's loads are not folded away), and a value it
@@ -452,6 +454,11 @@ __device__ __forceinline__ void gc_gemm_finish(T* smem, const Ep& ep, int b, int
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
         __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
 #else
+        if constexpr (gc_ep_partials<Ep>::value) {   // the reader sums the splits: this one's partial, as it is
+            T* part = C + (size_t)(blockIdx.z % S) * M * N;
+            for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, CM, CN>(part, m0 + row, n0 + col, M, N, v, vc); });
+            return;
+        }
         free_smem();
         for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
         gc_gemm_split_reduce<BM, BN, S, THREADS, CM, CN>(smem, ep, b, m0, n0, M, N, C, vc);
@@ -963,7 +970,7 @@ static int gc_gemm_launch_pipelined(dim3 grid, cudaLaunchAttribute* cluster, siz
     if (!raised && smem > 48 * 1024)
         GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     raised = true;
-    return gc_launch_smem(Kernel, grid, Tile::THREADS, smem, cluster, Tile::SPLIT > 1, p);
+    return gc_launch_smem(Kernel, grid, Tile::THREADS, smem, cluster, cluster && Tile::SPLIT > 1, p);
 }
 
 // The tf32 tensor-core pipeline's launch (gc_gemm_tc.cuh: tiles with TF32 and STAGES > 0; RA too).
@@ -998,7 +1005,11 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
         return gc_fail(GC_ERR_ARG, "gc_gemm: M=%d N=%d batch=%d is too large for one launch", M, N, batch);
     dim3 grid((unsigned)tiles, 1, batch * S);
-    if (S > 1 && !gc_cluster_launch_supported())
+    constexpr bool clustered = S > 1 && !gc_ep_partials<Ep>::value;   // partials: no cluster sums them
+    if (gc_ep_partials<Ep>::value && (S == 1 || batch != 1))
+        return gc_fail(GC_ERR_ARG, "gc_gemm: split partials for their reader need a split tile and one matrix "
+                       "(split %d, batch %d)", S, batch);
+    if (clustered && !gc_cluster_launch_supported())
         return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM splits K over a thread-block cluster, which this "
                        "GPU cannot launch (sm_90 or newer needed)");
     cudaLaunchAttribute cluster;
@@ -1006,6 +1017,7 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     cluster.val.clusterDim.x = 1;
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = S;
+    cudaLaunchAttribute* cl = clustered ? &cluster : nullptr;
     // The fp32 pipelined and the wgmma kernels copy A's rows (cp.async) without converting them: float rows
     // only where they read the image input in place (gemm_tiles.Tile.float_rows_only; the mma.sync pipeline
     // converts uint8 rows as it stages them).
@@ -1016,14 +1028,14 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
                            "GC_X_FLOAT)", Tile::TF32 == 2 ? "wgmma" : "pipelined fp32");
     }
     if constexpr (Tile::TF32 == 2) {
-        return gc_gemm_wg_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
+        return gc_gemm_wg_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
     } else if constexpr (Tile::TF32 && Tile::STAGES > 0) {
-        return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
+        return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
     } else if constexpr (Tile::STAGES > 0) {   // rows read in place (RA) through gc_pipe_rows
-        return gc_gemm_pipe_launch<T, TA, TB, Tile, Ep, RA>(grid, &cluster, p);
+        return gc_gemm_pipe_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
     } else {
-        if (S == 1) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);
-        return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, &cluster, 1, p);
+        if (!clustered) return gc_launch(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, p);
+        return gc_launch_ex(gc_gemm_kernel<T, TA, TB, Tile, Ep, RA>, grid, Tile::THREADS, cl, 1, p);
     }
 }
 

@@ -400,6 +400,25 @@ __device__ void gc_col_gemm(AL a, const T* B, T* C, Ep ep, int block, void* smem
     }
 }
 
+// Rows row0 .. row0 + R - 1 of a split GEMM's C (M x N) = ep(the sum of its S splits' partial tiles), which the
+// GEMM stored at part + q * M * N (gc_ep_partial) instead of summing them over a cluster: added in split order
+// from 0, as the cluster's sum does (the same bits), read from L2 (the GEMM wrote them in the launch before:
+// this SM's L1 may hold the last step's), stored where the chain's first stage reads them (lower.py's
+// fold_split_sums), then a barrier.
+template <typename T, int S, int M, int N, int R, class Ep>
+__device__ __forceinline__ void gc_chain_sum_partials(const T* __restrict__ part, T* C, const Ep& ep, int row0) {
+    for (int t = threadIdx.x; t < R * N; t += GC_BLOCK) {
+        const int r = t / N, n = t % N;
+        if (row0 + r >= M) break;
+        const int64_t at = (int64_t)(row0 + r) * N + n;
+        T s = 0;
+#pragma unroll
+        for (int q = 0; q < S; q++) s += __ldcg(part + (int64_t)q * M * N + at);
+        C[at] = ep(0, row0 + r, n, s);
+    }
+    __syncthreads();
+}
+
 // The largest of a chain's stages' gc_row_gemm_shape::bytes, rounded up to 16 bytes: the size of the
 // chain kernel's work buffer (at least 16: an array has a size, where no stage needs any).
 __host__ __device__ constexpr size_t gc_chain_work() { return 16; }

@@ -285,6 +285,61 @@ def test_the_mlp_train_step_chains_its_row_local_kernels():
     assert "chain of 5 stages" in src.stages["lower"] and "kernel:  k1_" in src.stages["fuse"]
 
 
+def test_a_chain_sums_the_split_partials_of_the_gemm_before_it():
+    """MLP b128 on cuda: x @ W1 (split K, default tile) stores its splits' partial tiles into a workspace instead
+    of summing them over a cluster, and the chain after it sums them at its rows (the GEMM's epilogue
+    applied) before its first stage — in the train and the eval step, which share the workspace. The kernels'
+    byte ranges say so (streams order by them). Not on the cpu target, not past PARTIALS_MAX (b1000), not
+    for a GEMM without a split."""
+    from gcompile.gemm_tiles import Tile
+    from gcompile.passes.lower import PARTIALS_MAX
+    src = compile_program(mlp_program(128), "cuda")
+    for graph in ("train", "eval"):
+        gemm, chain = src.kernels[graph][:2]
+        split = Tile.parse(gemm.values["tile"])[1]
+        assert split > 1 and gemm.values["partials"] and chain.values["sum"]["split"] == split
+        part = (int(gemm.values["c"].split("A + ")[1].rstrip("))")), None)
+        nbytes = split * 128 * 256 * 4
+        assert (part[0], part[0] + nbytes) in gemm.writes and (part[0], part[0] + nbytes) in chain.reads
+        h1 = int(chain.values["sum"]["c"].split("A + ")[1].rstrip("))"))
+        assert any(lo <= h1 < hi for lo, hi in chain.writes) and not any(lo <= h1 < hi for lo, hi in gemm.writes)
+        assert chain.values["stages"][0]["a"] == chain.values["sum"]["c"].replace("((float*)", "((const float*)")
+    assert src.kernels["train"][0].values["c"] == src.kernels["eval"][0].values["c"]   # one workspace
+    assert "gc_ep_partial()" in src.source and "gc_chain_sum_partials<float, 8, 128, 256, 1>" in src.source
+    assert "its 8 splits' partial tiles summed by" in src.stages["lower"]
+    assert "gc_chain_sum_partials<" not in compile_program(mlp_program(128), "cpu").source
+    big = compile_program(mlp_program(1000), "cuda")   # 2 x 1000 x 256 floats: past the workspace's bound
+    assert 2 * 1000 * 256 * 4 > PARTIALS_MAX and not big.kernels["train"][0].values.get("partials")
+    one = compile_program(mlp_program(128), "cuda", tiles={"k0": ("32x32x16/4x4/fp32", 1)})
+    assert not one.kernels["train"][0].values.get("partials") and not one.kernels["train"][1].values.get("sum")
+
+
+@pytest.mark.gpu
+def test_the_chains_sum_of_split_partials_gives_the_clusters_bits(tmp_path, monkeypatch):
+    """MLP b128: parameters after steps and the eval logits are bit for bit those of the build whose x @ W1 sums
+    its splits over a cluster (the same order of sums), and agree with the numpy reference."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    import gcompile.passes.lower as lowering
+    program = mlp_program(128)
+    folded = gc.compile(program, target="cuda", out_dir=tmp_path / "folded")
+    monkeypatch.setattr(lowering, "PARTIALS_MAX", 0)
+    clustered = gc.compile(program, target="cuda", out_dir=tmp_path / "clustered")
+    rng = np.random.RandomState(5)
+    x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)
+    with gc.load(folded) as a, gc.load(clustered) as b:
+        assert "gc_ep_partial" in open(folded.source).read() and "gc_ep_partial" not in open(clustered.source).read()
+        losses = [(a.train_step(x, y), b.train_step(x, y)) for _ in range(4)]
+        assert all(la == lb for la, lb in losses)
+        for name in a.variables:
+            np.testing.assert_array_equal(a.get(name), b.get(name))
+        np.testing.assert_array_equal(a.forward(x)["logits"], b.forward(x)["logits"])
+    placeholders = {p.name: p for p in program.inputs}
+    xs, ys = placeholders["x"], placeholders["y"]
+    reference = gc.NumpyExecutor([program.loss]).run({xs: x, ys: y})[0]
+    assert np.isclose(losses[0][0], reference, rtol=1e-4)
+
+
 def test_a_block_sums_its_global_accumulators_over_the_threads_that_take_slices():
     # a thread per slice: the first `per` threads hold values (x < per, y = 0), the block's tree spans them
     assert {(s["sx"], s["per"], s["contributors"]) for s in segments(row_reductions()[0])} >= \

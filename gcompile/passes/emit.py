@@ -74,7 +74,8 @@ def kernel_gemms(k) -> list[tuple[str, dict]]:
     if k.kind == "matmul":
         return [(k.name, k.values)]
     if k.kind in ("chain", "post"):
-        return [(f"{k.name}_s{i}", v) for i, v in enumerate(k.values["stages"]) if v["gemm"]]
+        summed = [(f"{k.name}_sum", k.values["sum"])] if k.values.get("sum") else []   # its epilogue: the GEMM's
+        return summed + [(f"{k.name}_s{i}", v) for i, v in enumerate(k.values["stages"]) if v["gemm"]]
     return []
 
 
@@ -105,7 +106,8 @@ LIGHT_COST = 0.1   # a fused or gather kernel: one plain __global__ function
 
 def gemm_instance(values: dict) -> tuple:
     """A GEMM kernel's gc_gemm<T, TA, TB, Tile, Ep>: kernels with the same one share its template instantiation."""
-    return (values["ctype"], values["trans_a"], values["trans_b"], values["tile"], values.get("ep_type"))
+    return (values["ctype"], values["trans_a"], values["trans_b"], values["tile"], values.get("ep_type"),
+            values.get("partials", False))
 
 
 def gemm_cost(kernels) -> float:
@@ -225,8 +227,10 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         layout.append({"offset": b.offset, "size": b.size, "region": b.region, "lifetime": lifetime,
                        "what": what})
     for name, (start, size) in plan.workspaces.items():
+        what = ("split GEMMs' partial tiles, summed by the chain after each (lower.py's fold_split_sums)"
+                if name.startswith("split partials") else "a reduction's ticket and the blocks' partials")
         layout.append({"offset": start, "size": size, "region": "workspace", "lifetime": "always",
-                       "what": f"{name}: a reduction's ticket and the blocks' partials"})
+                       "what": f"{name}: {what}"})
 
     constants = []
     for b in plan.buffers:
