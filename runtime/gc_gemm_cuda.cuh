@@ -259,11 +259,12 @@ __device__ __forceinline__ void gc_gemm_epilogue(const Ep& ep, int b, int m, int
             if (!CN || n + r < N) v[r] = ep(b, m, n + r, v[r]);
     }
 }
+// gc_ep_partial (gc_gemm.h) says `partials`: a split's block stores its partial tile for the reader to sum.
+template <class Ep, class = void> struct gc_ep_partials { static constexpr bool value = false; };
+template <class Ep> struct gc_ep_partials<Ep, gc_void_t<decltype(Ep::partials)>> { static constexpr bool value = Ep::partials; };
 // An epilogue functor that stores nothing itself may say so (`static constexpr bool prefetch = true;`): the
 // kernel then calls it once on zeros while the first K step's loads are in flight, and waits for its loads
 // there, so that the operands it reads (a mask, a bias) are in L1 when the real epilogue runs.
-template <class Ep, class = void> struct gc_ep_partials { static constexpr bool value = false; };
-template <class Ep> struct gc_ep_partials<Ep, gc_void_t<decltype(Ep::partials)>> { static constexpr bool value = Ep::partials; };
 template <class Ep, class = void> struct gc_ep_prefetch { static constexpr bool value = false; };
 template <class Ep> struct gc_ep_prefetch<Ep, gc_void_t<decltype(Ep::prefetch)>> { static constexpr bool value = Ep::prefetch; };
 // A zero the compiler cannot see through (so that the functor's loads are not folded away), and a value it
@@ -438,7 +439,8 @@ struct gc_gemm_block {
 // The end of every GEMM kernel, from its accumulators as runs of RUN results at tile coordinates (for_runs):
 // without a split, the epilogue and the stores; with one (sm_90), once free_smem() has made the shared
 // memory free (the register-staged kernel's loop ends at a barrier; the pipelined ones wait for theirs),
-// the partial tile into shared memory and the cluster's sum.
+// the partial tile into shared memory and the cluster's sum; with one whose reader sums it (gc_ep_partial),
+// the split's partial tile stored as it is, at C + split * M * N.
 // packs, acc: the block's epilogue operands (gc_gemm_packs) and the accumulators they are indexed by.
 template <int RUN, int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep, class ForRuns,
           class FreeSmem, class Packs = gc_gemm_packs<Ep, 1, false>>
@@ -450,15 +452,13 @@ __device__ __forceinline__ void gc_gemm_finish(T* smem, const Ep& ep, int b, int
             packs.template apply<RUN, CM, CN>(ep, b, m0 + row, n0 + col, M, N, acc, v);
         });
         for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, CM, CN>(C, m0 + row, n0 + col, M, N, v, vc); });
+    } else if constexpr (gc_ep_partials<Ep>::value) {   // the reader sums the splits: this one's partial, as it is
+        T* part = C + (size_t)(blockIdx.z % S) * M * N;
+        for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, CM, CN>(part, m0 + row, n0 + col, M, N, v, vc); });
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
         __trap();   // split tiles need thread-block clusters (sm_90); gc_gemm refuses them before launch
 #else
-        if constexpr (gc_ep_partials<Ep>::value) {   // the reader sums the splits: this one's partial, as it is
-            T* part = C + (size_t)(blockIdx.z % S) * M * N;
-            for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, CM, CN>(part, m0 + row, n0 + col, M, N, v, vc); });
-            return;
-        }
         free_smem();
         for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
         gc_gemm_split_reduce<BM, BN, S, THREADS, CM, CN>(smem, ep, b, m0, n0, M, N, C, vc);
