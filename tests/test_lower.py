@@ -298,12 +298,12 @@ def test_a_chain_sums_the_split_partials_of_the_gemm_before_it():
         gemm, chain = src.kernels[graph][:2]
         split = Tile.parse(gemm.values["tile"])[1]
         assert split > 1 and gemm.values["partials"] and chain.values["sum"]["split"] == split
-        part = (int(gemm.values["c"].split("A + ")[1].rstrip("))")), None)
+        part = int(gemm.values["c"].split("A + ")[1].rstrip("))"))   # the workspace the GEMM now writes
         nbytes = split * 128 * 256 * 4
-        assert (part[0], part[0] + nbytes) in gemm.writes and (part[0], part[0] + nbytes) in chain.reads
-        h1 = int(chain.values["sum"]["c"].split("A + ")[1].rstrip("))"))
+        assert (part, part + nbytes) in gemm.writes and (part, part + nbytes) in chain.reads
+        h1 = gemm.values["c_at"]
         assert any(lo <= h1 < hi for lo, hi in chain.writes) and not any(lo <= h1 < hi for lo, hi in gemm.writes)
-        assert chain.values["stages"][0]["a"] == chain.values["sum"]["c"].replace("((float*)", "((const float*)")
+        assert chain.values["stages"][0]["a_at"] == h1 and chain.values["sum"]["c"] == f"((float*)(A + {h1}))"
     assert src.kernels["train"][0].values["c"] == src.kernels["eval"][0].values["c"]   # one workspace
     assert "gc_ep_partial()" in src.source and "gc_chain_sum_partials<float, 8, 128, 256, 1>" in src.source
     assert "its 8 splits' partial tiles summed by" in src.stages["lower"]

@@ -338,12 +338,14 @@ class Lowering:
         """The gemm values of a GEMM step: a gemm group, C through its epilogue, or a plain matmul."""
         matmul, a, b = gemm_of(node)
         if node.op == "matmul":
-            return self.gemm(matmul, (a, b), self.pointer(node, const=False), None)
+            return self.gemm(matmul, (a, b), node, None)
         code = GroupCode(self, node.attrs["group"])
         epilogue, stored = code.epilogue()
-        return self.gemm(matmul, (a, b), self.pointer(code.target(stored), const=False), epilogue)
+        return self.gemm(matmul, (a, b), code.target(stored), epilogue)
 
-    def gemm(self, node: Node, operands, c: str, epilogue: dict | None) -> dict:
+    def gemm(self, node: Node, operands, c: Node, epilogue: dict | None) -> dict:
+        """The gemm values; `c`: the node whose buffer C is. a_at / c_at: A's and C's arena offsets (A's None
+        where it is the image input read in place)."""
         a, b = operands
         m, n = node.shape[-2:]
         ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
@@ -353,8 +355,10 @@ class Lowering:
         sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
         # rows: A is the image input read in place, the steps' batch input (gc_rows)
         rows = self.read_in_place(a)
-        return {"a": "*gc_batch_input()" if rows else self.pointer(a), "rows": rows, "b": self.pointer(b), "c": c,
-                "m": m, "n": n, "k": k,
+        return {"a": "*gc_batch_input()" if rows else self.pointer(a), "rows": rows, "b": self.pointer(b),
+                "c": self.pointer(c, const=False), "m": m, "n": n, "k": k,
+                "a_at": None if rows else self.plan.offset_of(a, self.direction),
+                "c_at": self.plan.offset_of(c, self.direction),
                 "trans_a": int(ta), "trans_b": int(tb), "ctype": C_TYPES[node.dtype],
                 "tile": self.tile(m, n, k, ta, tb, node.dtype, batch, rows),
                 "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
@@ -787,17 +791,14 @@ def fold_split_sums(kernels: list, plan) -> None:
             continue
         v, first = g.values, c.values["stages"][0]
         split = Tile.parse(v["tile"])[1]
-        at = re.search(r"\(A \+ (\d+)\)", v["c"])
         if split < 2 or v["batch"] != 1 or v["ctype"] != "float" or (v["epilogue"] or {}).get("stores") or \
-                not first["gemm"] or first["rows"] or at is None or \
-                first["a"] != f"((const float*)(A + {at.group(1)}))" or (first["m"], first["k"]) != (v["m"], v["n"]):
+                not first["gemm"] or first["a_at"] != v["c_at"] or (first["m"], first["k"]) != (v["m"], v["n"]):
             continue
         nbytes = split * v["m"] * v["n"] * 4
         if nbytes > PARTIALS_MAX:
             continue
         base = plan.workspace(f"split partials ({nbytes} bytes)", nbytes)   # the train and eval steps share it
-        start = int(at.group(1))
-        c_range = next(w for w in g.writes if w[0] <= start < w[1])
+        c_range = next(w for w in g.writes if w[0] <= v["c_at"] < w[1])
         part = (base, base + nbytes)
         c.values["sum"] = {"split": split, "m": v["m"], "n": v["n"], "c": v["c"], "ctype": v["ctype"],
                            "part": f"((const float*)(A + {base}))", "epilogue": v["epilogue"]}
