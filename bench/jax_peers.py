@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from .report import failed, row, skipped
-from .tasks import LR, Task, check_loss
+from .tasks import Task, check_loss
 from .timing import time_to_accuracy, time_windows
 
 IMPLS = ("jax-jit", "jax-scan")
@@ -80,7 +80,7 @@ def hlo_kernels(text: str, scan: bool) -> int | None:
     return count(entry)
 
 
-def make_functions(jax, depth: int, batch: int, steps: int, lr: float = LR):
+def make_functions(jax, depth: int, batch: int, steps: int, lr: float):
     import jax.numpy as jnp
     from jax import lax
 
@@ -145,7 +145,7 @@ def jax_row(jax, task, impl, precision, settings, budget, with_accuracy) -> dict
     if d.name not in _resident:
         _resident[d.name] = tuple(jax.device_put(a) for a in (d.train_x, d.train_y, d.valid_x, d.valid_y))
     X, Y, VX, VY = _resident[d.name]
-    step, epoch, predict = make_functions(jax, depth, b, steps, task.recipe.lr if task.recipe else LR)
+    step, epoch, predict = make_functions(jax, depth, b, steps, task.lr)
     params = jax.device_put(initial)
     order = jnp.arange(n, dtype=jnp.int32)
     scan = impl == "jax-scan"

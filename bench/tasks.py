@@ -101,6 +101,11 @@ class Task:
     target: float | None = None   # validation accuracy for time to accuracy (None: not measured)
     recipe: Recipe | None = None   # how time to accuracy trains (None: not measured)
 
+    @property
+    def lr(self) -> float:
+        """The learning rate every implementation trains with: the recipe's, else the program's optimizer's."""
+        return self.recipe.lr if self.recipe is not None else float(getattr(self.program.optimizer, "lr", LR))
+
     @functools.cached_property
     def init(self) -> dict:
         return initial_values(self.program)

@@ -150,11 +150,11 @@ def twin(task: Task):
 
 
 def optimizer_for(task: Task, params, capturable: bool):
-    """The program's optimizer, as torch.optim: SGD(lr, momentum, weight_decay) or Adam/AdamW; the learning
-    rate is the task's recipe's where it has one (a captured graph keeps the rate it was captured with)."""
+    """The program's optimizer, as torch.optim: SGD(lr, momentum, weight_decay) or Adam/AdamW, at the task's
+    learning rate (its recipe's where it has one: a captured graph keeps the rate it was captured with)."""
     opt = task.program.optimizer
     kind = type(opt).__name__
-    lr = task.recipe.lr if task.recipe is not None else float(getattr(opt, "lr", 0.1))
+    lr = task.lr
     if kind == "SGD":
         return torch.optim.SGD(params, lr=lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
     if kind in ("Adam", "AdamW"):

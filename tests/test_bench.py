@@ -255,6 +255,14 @@ def test_binary_runs_each_batch_size_s_recipe(tmp_path):
     assert RECIPES[1000].lr == 1.0 and not RECIPES[1000].shuffle and "reference" in RECIPES[1000].label
 
 
+def test_a_task_trains_at_its_recipes_rate_else_its_programs():
+    from bench.tasks import LR, RECIPES, Task
+    program = type("Program", (), {"optimizer": type("SGD", (), {"lr": 0.05})()})()
+    assert Task("m", 1000, program, None, recipe=RECIPES[1000]).lr == 1.0
+    assert Task("m", 128, program, None).lr == 0.05
+    assert Task("m", 128, type("Program", (), {"optimizer": None})(), None).lr == LR
+
+
 def test_targets_are_checked_on_the_rows_of_the_run():
     checks = {c["label"]: c for c in report.check_targets(fake_rows())}
     assert checks["MLP step, batch 128, fp32"]["ok"] and checks["MLP step, batch 128, fp32"]["value"] == 10
