@@ -8,11 +8,11 @@
 //     (the matrix's rows are k: A with TA, B without TB) or x-major (rows are M or N, k contiguous), rows
 //     padded so that a warp's fragment reads hit 32 distinct banks; the k of an 8-wide slice are permuted
 //     alike on both sides so that an x-major operand's two k per lane are one 8-byte read (gc_tc_layout);
-//   * the fragments of an 8-wide k slice are read (and rounded to tf32, to nearest as gc_gemm_kernel's
-//     stores round them) while the previous slice's mma run: two register sets.
+//   * the fragments of an 8-wide k slice are read while the previous slice's mma run (two register sets),
+//     as they are: the mma truncates them to tf32, as wgmma does (gc_gemm_kernel's stores round them).
 // The image input read in place (RA: rows gathered by index, uint8 or float; gc_rows) comes in by cp.async
 // too, row by row (gc_tc_rows); a uint8 operand stays bytes in shared memory and is converted (gc_pixel, the
-// value every other reader sees, then the tf32 rounding) as its fragments are read.
+// value every other reader sees) as its fragments are read.
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 // One operand's K step in shared memory: element (x, k), x < X (BM or BN), k < BK. KMAJOR: the matrix's rows
@@ -33,14 +33,12 @@ struct gc_tc_layout {
     static constexpr int LD = !U8 ? COLS + (KMAJOR ? 4 : 8) : COLS + (KMAJOR || COLS % 32 == 0 ? 16 : 32);
     static constexpr int SIZE = ROWS * LD * (int)sizeof(E) / 4;
     static_assert(X % 16 == 0 && BK % 16 == 0, "gc_gemm: tf32 pipelined tile sizes");
-    // A float as a tf32 operand register: rounded to nearest, ties away, as gc_tf32 (cvt.rna, several
-    // instructions on sm_90) rounds, by adding half a tf32 unit (bit 12; the mma reads the top 19 bits).
-    // The add carries into the sign only for a NaN with a large payload (CUDA's 0x7fffffff among them),
-    // which keeps its bits instead: a NaN stays a NaN.
-    __device__ static __forceinline__ uint32_t tf32(float a) {
-        const uint32_t u = __float_as_uint(a), r = u + 0x1000u;
-        return (int)(r ^ u) < 0 ? u : r;
-    }
+    // A float as a tf32 operand register: its bits as they are. The mma reads the top 19 (sign, exponent, 10
+    // mantissa bits): the operand is truncated, as the wgmma tiles' are (a NaN with a payload in its top
+    // mantissa bits, CUDA's 0x7fffffff among them, stays a NaN). Rounding to nearest here, at every
+    // fragment read, took four integer instructions an element: over half the loop's instructions at the
+    // MLP's batch-1000 x @ W1 (ncu), whose step was 5% slower for it (H200, docs/compiler.md).
+    __device__ static __forceinline__ uint32_t tf32(float a) { return __float_as_uint(a); }
     __device__ static __forceinline__ float value(E v, float scale) {
         if constexpr (U8) return gc_pixel(v, scale);
         else return v;

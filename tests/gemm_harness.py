@@ -257,10 +257,11 @@ def reference(case: Case, a, b, bias):
 
 def tolerance(case: Case) -> float:
     """Relative bound on |C - C64| / (|op(A)| @ |op(B)|): per product, the operands' rounding (tf32: 10
-    mantissa bits, rounded to nearest, so 2^-11 each; the wgmma tiles' tensor cores truncate, 2^-10 each) and
+    mantissa bits: rounded to nearest by the register-staged kernel, 2^-11 each; truncated by the tensor cores
+    of the pipelined mma.sync and the wgmma tiles, which get the operands as they are, 2^-10 each) and
     the float sum's (K steps of 2^-24 at worst), with a factor 2 of slack; the epilogue's own rounding is added
     relative to |C|."""
     eps = 2.0 ** -53 if case.dtype == "float64" else 2.0 ** -24
-    truncated = case.tf32 and "gc_tile<" in case.tile and Tile.parse(case.tile)[0].wgmma
+    truncated = case.tf32 and "gc_tile<" in case.tile and Tile.parse(case.tile)[0].stages > 0
     operand = 2 * 2.0 ** (-10 if truncated else -11) if case.tf32 else 0.0
     return 2 * (operand + max(case.k, 1) * eps)

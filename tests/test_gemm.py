@@ -139,7 +139,8 @@ def cases() -> list[H.Case]:
         C("float32", True, False, "gc_tile<64, 64, 32, 32, 32, 1, 1, 0, 0, 0, 4>", 130, 132, 36, shift=1, tf32=True),
         C("float32", False, False, "gc_tile<32, 32, 32, 16, 16, 1, 1, 0, 0, 0, 4>", 5, 7, 0, ep=True, tf32=True),
         C("float32", False, False, "gc_tile<64, 64, 32, 32, 32, 1, 8, 0, 0, 0, 4>", 70, 40, 100, ep=True, tf32=True),
-        # NaN operands stay NaN through the tf32 rounding (both layouts of A), the fp32 and tf32 kernels alike
+        # NaN operands stay NaN through the tf32 rounding or truncation (both layouts of A), the fp32 and tf32
+        # kernels alike
         C("float32", False, False, "gc_tile<64, 64, 32, 32, 32, 1, 1, 0, 0, 0, 4>", 70, 40, 100, nans=True, tf32=True),
         C("float32", True, True, "gc_tile<64, 64, 32, 32, 32, 1, 2, 0, 0, 0, 4>", 70, 40, 100, nans=True, tf32=True),
         C("float32", False, True, "gc_tile<64, 64, 16, 32, 32, 1>", 70, 40, 100, nans=True, tf32=True),
