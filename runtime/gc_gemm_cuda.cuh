@@ -966,10 +966,7 @@ static bool gc_cluster_launch_supported() {
 // kernel's limit is raised, once), a cluster for a split.
 template <auto Kernel, class Tile, typename Params>
 static int gc_gemm_launch_pipelined(dim3 grid, cudaLaunchAttribute* cluster, size_t smem, const Params& p) {
-    static bool raised = false;
-    if (!raised && smem > 48 * 1024)
-        GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    raised = true;
+    GC_TRY(gc_raise_smem<Kernel>(smem));
     return gc_launch_smem(Kernel, grid, Tile::THREADS, smem, cluster, cluster && Tile::SPLIT > 1, p);
 }
 

@@ -241,10 +241,21 @@ static bool gc_pdl_supported() {
     return supported == 1;
 }
 
+// Kernel's limit of dynamic shared memory raised to smem bytes where that passes the 48 KB a kernel gets
+// without asking: once per process (each kernel launches with one size).
+template <auto Kernel>
+static int gc_raise_smem(size_t smem) {
+    static bool raised = false;
+    if (!raised && smem > 48 * 1024)
+        GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    raised = true;
+    return GC_OK;
+}
+
 // Launch kernel<<<grid, block, smem>>>(args...) on the current stream (gc_on; the per-thread default stream
 // outside a step's branches), with the attributes in `extra` (at most 3) and, where supported, programmatic
 // serialization against the previous kernel. smem: bytes of dynamic shared memory (over 48 KB only once the
-// caller has raised the kernel's limit).
+// caller has raised the kernel's limit, gc_raise_smem).
 template <typename... Params, typename... Args>
 static int gc_launch_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaLaunchAttribute* extra,
                           int n_extra, Args... args) {

@@ -345,6 +345,62 @@ def test_the_chains_sum_of_split_partials_gives_the_clusters_bits(tmp_path, monk
     assert np.isclose(losses[0][0], reference, rtol=1e-4)
 
 
+def test_a_chain_copies_the_b_its_wide_stages_share_into_shared_memory():
+    """MLP b128 on cuda: h2 = h1 W2 and dh1 = dh2 W2^T (N > 32) both read W2, which no stage writes: each chain
+    block copies it into its shared memory when it starts (one bulk copy, gc_stage_begin), waits for it before
+    h2, and both stages read it there; the launch asks for the dynamic shared memory. Not where the grid has
+    more blocks than SMs (b1000), not where one wide stage reads it (the eval chain), not on the cpu target."""
+    from gcompile.gemm_tiles import SMS
+    src = compile_program(mlp_program(128), "cuda")
+    chain = src.kernels["train"][1]
+    staged, stages = chain.values["staged"], chain.values["stages"]
+    w2 = next(b for b in src.plan.buffers if b.node.name == "W2")
+    assert staged == {"ptr": f"((const float*)(A + {w2.offset}))", "bytes": 256 * 100 * 4, "first": 0,
+                      "readers": 2, "name": "W2"}
+    assert [i for i, st in enumerate(stages) if st.get("b_staged")] == [0, 4]
+    assert [st["n"] for st in stages if st.get("b_staged")] == [100, 256]
+    assert not any(lo < w2.offset + w2.size and w2.offset < hi for lo, hi in chain.writes)
+    assert chain.values["blocks"] + chain.values["collector"] <= SMS
+    body = src.source.split(f"{chain.name}_kernel(unsigned char* __restrict__ A) {{")[1].split("\n}\n")[0]
+    assert body.count("(const float*)staged") == 2
+    assert body.index("gc_stage_begin(staged") < body.index("gc_chain_sum_partials<") < \
+        body.index("gc_stage_wait(&staged_bar)") < body.index("gc_row_gemm<")
+    assert f"gc_raise_smem<{chain.name}_kernel>(102400)" in src.source
+    assert "W2 (B of 2 stages) copied into shared memory (102400 bytes)" in src.stages["lower"]
+    assert not src.kernels["eval"][1].values["staged"]
+    big = compile_program(mlp_program(1000), "cuda").kernels["train"][1]
+    assert big.kind == "chain" and big.values["blocks"] > SMS and not big.values["staged"]
+    cpu = compile_program(mlp_program(128), "cpu")
+    assert not cpu.kernels["train"][1].values["staged"] and "gc_stage_begin(" not in cpu.source
+
+
+@pytest.mark.gpu
+def test_the_chain_reading_its_staged_b_gives_the_same_bits(tmp_path, monkeypatch):
+    """MLP b128: parameters after steps and the eval logits are bit for bit those of the build whose chain reads
+    W2 from global memory (the same sums in the same order)."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    import gcompile.passes.lower as lowering
+    from gcompile.build import build, compile_flags, header_commands
+    program = mlp_program(128)
+    compiler, flags, _ = compile_flags("cuda", None)
+    artifacts = {}
+    for label in ("staged", "global"):
+        if label == "global":
+            monkeypatch.setattr(lowering.Lowering, "chain_staged", lambda self, *args: None)
+        source = compile_program(program, "cuda", "mlp", build_command=header_commands("cuda", compiler, flags))
+        assert ("gc_stage_begin(staged" in source.source) == (label == "staged")
+        artifacts[label] = build(source, tmp_path / label, None)
+    rng = np.random.RandomState(6)
+    x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)
+    with gc.load(artifacts["staged"]) as a, gc.load(artifacts["global"]) as b:
+        losses = [(a.train_step(x, y), b.train_step(x, y)) for _ in range(4)]
+        assert all(la == lb for la, lb in losses)
+        for name in a.variables:
+            np.testing.assert_array_equal(a.get(name), b.get(name))
+        np.testing.assert_array_equal(a.forward(x)["logits"], b.forward(x)["logits"])
+
+
 def test_a_block_sums_its_global_accumulators_over_the_threads_that_take_slices():
     # a thread per slice: the first `per` threads hold values (x < per, y = 0), the block's tree spans them
     assert {(s["sx"], s["per"], s["contributors"]) for s in segments(row_reductions()[0])} >= \

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GCompileError
-from ..gemm_tiles import Tile, choose_tile, tuned_tile
+from ..gemm_tiles import SMS, Tile, choose_tile, tuned_tile
 from ..graph import Node
 from ..ops import get_op
 from .fuse import REDUCTIONS, Group, Layout, strides
@@ -35,6 +35,7 @@ BLOCK = 256                      # threads per block of every fused kernel (GC_B
 CHAIN_BLOCKS = 256
 CHAIN_MAX_ROWS = 8
 PARTIALS_MAX = 1 << 20            # bytes of a split GEMM's partial tiles a chain may sum (fold_split_sums)
+STAGED_MAX = 128 * 1024           # bytes of B a chain may copy into each block's shared memory (chain_staged)
 # A chain's post GEMM (gc_col_gemm) computes POST_OUTPUTS // N rows of C a block (at least one): an output a
 # lane at N <= 32; its warps' partial sums take at most POST_SMEM bytes of shared memory. H100, logistic
 # regression b128 (dW 784 x 10 x 128), one run: 3 rows a block 7.27 us a step, 1 row 8.42, 6 rows 9.41.
@@ -158,11 +159,13 @@ def threads(layout: Layout) -> tuple[int, int]:
 
 
 class Lowering:
-    def __init__(self, plan, direction: str, precision: str = "fp32", tiles: dict | None = None):
+    def __init__(self, plan, direction: str, precision: str = "fp32", tiles: dict | None = None,
+                 target: str = "cuda"):
         self.plan = plan
         self.direction = direction
         self.precision = precision     # "fp32" or "tf32": the GEMMs' arithmetic (gemm_tiles.py)
         self.tiles = tiles or {}       # {kernel_key: (tile name, split)}: tuned GEMM tiles
+        self.target = target
 
     def pointer(self, node: Node, const=True) -> str:
         """C expression of a node's typed pointer into the arena `A`."""
@@ -273,14 +276,45 @@ class Lowering:
         collector = any(not v["gemm"] and v["collect"] for v in values)
         if collector:
             text += "; global sums in a collector block"
+        staged = self.chain_staged(stages, values, blocks + collector, [w for x in writes for w in x])
+        if staged:
+            text += (f"; {staged['name']} (B of {staged['readers']} stages) copied into shared memory "
+                     f"({staged['bytes']} bytes)")
         return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
                       f"{text}", {"stages": values, "rows": rows, "blocks": blocks, "m": m, "collector": collector,
-                                  "rows_input": any(v.get("rows") for v in values)},
+                                  "rows_input": any(v.get("rows") for v in values), "staged": staged},
                       details, fused[0] if fused else None,
                       reads=sorted(set(r for x in reads + own_reads for r in x)),
                       writes=sorted(set(w for x in writes for w in x)) + workspaces({"segments": [
                           v for v in values if not v["gemm"]]}),
                       fused=fused[1:])
+
+    def chain_staged(self, stages: list[Node], values: list[dict], grid: int, writes) -> dict | None:
+        """On cuda, the B that a chain's wide GEMM stages (N > 32: a thread's columns read as vectors of B at every
+        k, the loads those stages wait on) read, copied once into each block's shared memory by the TMA unit when
+        the block starts (gc_stage_begin), the stages reading it there; or None. It qualifies when it is a
+        float32 array of the arena that no stage writes, 16-byte aligned and sized, of at most STAGED_MAX bytes,
+        read by two stages or more (the MLP's W2: h2 = h1 W2 and dh1 = dh2 W2^T), and the grid has a block an
+        SM at most (a block's copy takes shared memory that other blocks of the SM would need). Marks the
+        readers' values `b_staged`; {"ptr", "bytes", "first": the first reader's stage, "readers", "name"}."""
+        if self.target != "cuda" or grid > SMS:
+            return None
+        readers = {}   # B's id: (B, the wide stages reading it)
+        for i, (node, v) in enumerate(zip(stages, values)):
+            if v["gemm"] and v["n"] > 32:
+                b = gemm_of(node)[2]
+                readers.setdefault(id(b), (b, []))[1].append(i)
+        shared = [(b, ix) for b, ix in readers.values() if len(ix) >= 2 and b.dtype == "float32"
+                  and not is_literal(storage_root(b)) and not self.read_in_place(b)]
+        if not shared:
+            return None
+        b, ix = max(shared, key=lambda x: x[0].size)
+        at, size = self.plan.offset_of(b, self.direction), b.size * 4
+        if at % 16 or size % 16 or size > STAGED_MAX or overlap([(at, at + size)], writes):
+            return None
+        for i in ix:
+            values[i]["b_staged"] = True
+        return {"ptr": self.pointer(b), "bytes": size, "first": ix[0], "readers": len(ix), "name": b.name}
 
     def post(self, after: list[Node], index: int, chain: Kernel) -> Kernel | None:
         """A chain's post stages (chain.post_stages) as one kernel launched right after the chain's, or None
@@ -817,7 +851,7 @@ def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32",
     kernels by kernel_key, a tuning record's choices (gcompile/tune.py) instead of choose_tile's."""
     out, index = {}, 0
     for direction, order in schedules.items():
-        lowering, kernels = Lowering(plan, direction, precision, tiles), []
+        lowering, kernels = Lowering(plan, direction, precision, tiles, target), []
         chains = {stages[0]: stages for stages in plan.chains.get(direction, [])}
         nodes = [n for n in order if n.op not in NO_KERNEL]
         j = 0
