@@ -313,21 +313,31 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
     }
 }
 
-// ---- a chain's B staged in shared memory (lower.py's chain_staged) ------------------------------------------
-// The B that a chain's wide GEMM stages read (the MLP's W2) copied once into the block's dynamic shared memory
-// when the block starts, by the TMA unit: thread 0 issues bulk copies (cp.async.bulk, sm_90) of `bytes` (a
-// multiple of 16, from a 16-byte aligned address; at most 1 MB, an mbarrier's transaction count) that complete
-// on an mbarrier; every thread waits on it (gc_stage_wait) before the first stage that reads the copy, so the
-// copy runs behind what comes before (the split partials' sum). Before sm_90 the block's threads copy it.
-// Called after gc_wait_prior: the bytes are those the earlier kernels left.
+// ---- a chain's Bs staged in shared memory (lower.py's chain_staged) -----------------------------------------
+// The B operands of a chain's GEMM stages (the MLP's W2 and W3) copied once into the block's dynamic shared
+// memory when the block starts, by the TMA unit: thread 0 sets an mbarrier to expect `bytes` (gc_stage_expect:
+// at most 1 MB, its transaction count) and issues bulk copies (cp.async.bulk, sm_90) of each B (a multiple of
+// 16 bytes from a 16-byte aligned address) that complete on it (gc_stage_copy); after a __syncthreads every
+// thread waits on it (gc_stage_wait) before the first stage that reads a copy, so the copies run behind what
+// comes before (the split partials' sum). Before sm_90 the block's threads copy them. Called after
+// gc_wait_prior: the bytes are those the earlier kernels left.
 constexpr unsigned GC_STAGE_CHUNK = 32768;   // bytes a bulk copy
-__device__ __forceinline__ void gc_stage_begin(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+__device__ __forceinline__ void gc_stage_expect(unsigned long long* bar, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (threadIdx.x == 0) {
-        const unsigned b = (unsigned)__cvta_generic_to_shared(bar), d = (unsigned)__cvta_generic_to_shared(dst);
+        const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "r"(bytes) : "memory");
+    }
+#else
+    (void)bar, (void)bytes;
+#endif
+}
+__device__ __forceinline__ void gc_stage_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+        const unsigned b = (unsigned)__cvta_generic_to_shared(bar), d = (unsigned)__cvta_generic_to_shared(dst);
         for (unsigned at = 0; at < bytes; at += GC_STAGE_CHUNK)
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                          :: "r"(d + at), "l"((const char*)src + at), "r"(min(GC_STAGE_CHUNK, bytes - at)), "r"(b)
@@ -338,7 +348,6 @@ __device__ __forceinline__ void gc_stage_begin(void* dst, const void* src, unsig
         *(uint4*)((char*)dst + at) = *(const uint4*)((const char*)src + at);
     (void)bar;
 #endif
-    __syncthreads();   // the mbarrier is set up (or the copy done) before any thread waits on it
 }
 __device__ __forceinline__ void gc_stage_wait(unsigned long long* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

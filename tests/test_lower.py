@@ -227,7 +227,7 @@ def test_a_gemm_and_the_rows_reducing_it_become_one_chain_kernel():
     assert all(k.values["collector"] and k.values["stages"][1]["collect"] for k in chains)
     for k in chains:
         assert f"if (blockIdx.x == {k.values['blocks']}) {{   // the collector" in src.source
-        assert f"gc_launch({k.name}_kernel, {k.values['blocks'] + 1}, GC_BLOCK" in src.source
+        assert f"({k.name}_kernel, {k.values['blocks'] + 1}, GC_BLOCK" in src.source   # gc_launch or gc_launch_smem
     offsets = [src.plan.workspaces[f"{k.name}_s1"] for k in chains]
     assert len(set(offsets)) == 5 and min(o for o, _ in offsets) >= max(b.end for b in src.plan.buffers)
     assert src.plan.arena_bytes == max(o + s for o, s in src.plan.workspaces.values())
@@ -345,39 +345,42 @@ def test_the_chains_sum_of_split_partials_gives_the_clusters_bits(tmp_path, monk
     assert np.isclose(losses[0][0], reference, rtol=1e-4)
 
 
-def test_a_chain_copies_the_b_its_wide_stages_share_into_shared_memory():
-    """MLP b128 on cuda: h2 = h1 W2 and dh1 = dh2 W2^T (N > 32) both read W2, which no stage writes: each chain
-    block copies it into its shared memory when it starts (one bulk copy, gc_stage_begin), waits for it before
-    h2, and both stages read it there; the launch asks for the dynamic shared memory. Not where the grid has
-    more blocks than SMs (b1000), not where one wide stage reads it (the eval chain), not on the cpu target."""
+def test_a_chain_copies_its_stages_bs_into_shared_memory():
+    """MLP b128 on cuda: the chain's GEMM stages read W2 (h2 = h1 W2, dh1 = dh2 W2^T) and W3 (the logits, dh2),
+    which no stage writes: each chain block copies both into its shared memory when it starts (bulk copies on
+    one mbarrier, gc_stage_copy), waits for them before its first GEMM stage, and the stages read them there;
+    the launch asks for the dynamic shared memory. Not where the grid has more blocks than SMs (b1000), not
+    on the cpu target."""
     from gcompile.gemm_tiles import SMS
     src = compile_program(mlp_program(128), "cuda")
     chain = src.kernels["train"][1]
     staged, stages = chain.values["staged"], chain.values["stages"]
-    w2 = next(b for b in src.plan.buffers if b.node.name == "W2")
-    assert staged == {"ptr": f"((const float*)(A + {w2.offset}))", "bytes": 256 * 100 * 4, "first": 0,
-                      "readers": 2, "name": "W2"}
-    assert [i for i, st in enumerate(stages) if st.get("b_staged")] == [0, 4]
-    assert [st["n"] for st in stages if st.get("b_staged")] == [100, 256]
-    assert not any(lo < w2.offset + w2.size and w2.offset < hi for lo, hi in chain.writes)
+    buf = {b.node.name: b for b in src.plan.buffers if b.node.name in ("W2", "W3")}
+    assert staged == {"parts": [{"ptr": f"((const float*)(A + {buf['W2'].offset}))", "bytes": 102400, "name": "W2",
+                                 "at": 0},
+                                {"ptr": f"((const float*)(A + {buf['W3'].offset}))", "bytes": 4000, "name": "W3",
+                                 "at": 102400}],
+                      "bytes": 102400 + 4096, "tx": 106400, "first": 0, "names": ["W2", "W3"]}
+    assert [st.get("b_staged") for st in stages] == [0, 102400, None, 102400, 0]
+    for b in buf.values():
+        assert not any(lo < b.offset + b.size and b.offset < hi for lo, hi in chain.writes)
     assert chain.values["blocks"] + chain.values["collector"] <= SMS
     body = src.source.split(f"{chain.name}_kernel(unsigned char* __restrict__ A) {{")[1].split("\n}\n")[0]
-    assert body.count("(const float*)staged") == 2
-    assert body.index("gc_stage_begin(staged") < body.index("gc_chain_sum_partials<") < \
-        body.index("gc_stage_wait(&staged_bar)") < body.index("gc_row_gemm<")
-    assert f"gc_raise_smem<{chain.name}_kernel>(102400)" in src.source
-    assert "W2 (B of 2 stages) copied into shared memory (102400 bytes)" in src.stages["lower"]
-    assert not src.kernels["eval"][1].values["staged"]
+    assert body.count("(const float*)(staged + 0)") == 2 and body.count("(const float*)(staged + 102400)") == 2
+    assert body.index("gc_stage_expect(&staged_bar, 106400)") < body.index("gc_stage_copy(staged + 102400") < \
+        body.index("gc_chain_sum_partials<") < body.index("gc_stage_wait(&staged_bar)") < body.index("gc_row_gemm<")
+    assert f"gc_raise_smem<{chain.name}_kernel>(106496)" in src.source
+    assert "W2, W3 copied into shared memory (106400 bytes)" in src.stages["lower"]
     big = compile_program(mlp_program(1000), "cuda").kernels["train"][1]
     assert big.kind == "chain" and big.values["blocks"] > SMS and not big.values["staged"]
     cpu = compile_program(mlp_program(128), "cpu")
-    assert not cpu.kernels["train"][1].values["staged"] and "gc_stage_begin(" not in cpu.source
+    assert not cpu.kernels["train"][1].values["staged"] and "gc_stage_copy(" not in cpu.source
 
 
 @pytest.mark.gpu
-def test_the_chain_reading_its_staged_b_gives_the_same_bits(tmp_path, monkeypatch):
+def test_the_chain_reading_its_staged_bs_gives_the_same_bits(tmp_path, monkeypatch):
     """MLP b128: parameters after steps and the eval logits are bit for bit those of the build whose chain reads
-    W2 from global memory (the same sums in the same order)."""
+    W2 and W3 from global memory (the same sums in the same order)."""
     if not shutil.which("nvcc"):
         pytest.skip("nvcc is not installed")
     import gcompile.passes.lower as lowering
@@ -389,7 +392,7 @@ def test_the_chain_reading_its_staged_b_gives_the_same_bits(tmp_path, monkeypatc
         if label == "global":
             monkeypatch.setattr(lowering.Lowering, "chain_staged", lambda self, *args: None)
         source = compile_program(program, "cuda", "mlp", build_command=header_commands("cuda", compiler, flags))
-        assert ("gc_stage_begin(staged" in source.source) == (label == "staged")
+        assert ("gc_stage_copy(staged" in source.source) == (label == "staged")
         artifacts[label] = build(source, tmp_path / label, None)
     rng = np.random.RandomState(6)
     x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)

@@ -35,7 +35,7 @@ BLOCK = 256                      # threads per block of every fused kernel (GC_B
 CHAIN_BLOCKS = 256
 CHAIN_MAX_ROWS = 8
 PARTIALS_MAX = 1 << 20            # bytes of a split GEMM's partial tiles a chain may sum (fold_split_sums)
-STAGED_MAX = 128 * 1024           # bytes of B a chain may copy into each block's shared memory (chain_staged)
+STAGED_MAX = 128 * 1024           # bytes of Bs a chain may copy into each block's shared memory (chain_staged)
 # A chain's post GEMM (gc_col_gemm) computes POST_OUTPUTS // N rows of C a block (at least one): an output a
 # lane at N <= 32; its warps' partial sums take at most POST_SMEM bytes of shared memory. H100, logistic
 # regression b128 (dW 784 x 10 x 128), one run: 3 rows a block 7.27 us a step, 1 row 8.42, 6 rows 9.41.
@@ -278,8 +278,7 @@ class Lowering:
             text += "; global sums in a collector block"
         staged = self.chain_staged(stages, values, blocks + collector, [w for x in writes for w in x])
         if staged:
-            text += (f"; {staged['name']} (B of {staged['readers']} stages) copied into shared memory "
-                     f"({staged['bytes']} bytes)")
+            text += f"; {', '.join(staged['names'])} copied into shared memory ({staged['tx']} bytes)"
         return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
                       f"{text}", {"stages": values, "rows": rows, "blocks": blocks, "m": m, "collector": collector,
                                   "rows_input": any(v.get("rows") for v in values), "staged": staged},
@@ -290,31 +289,40 @@ class Lowering:
                       fused=fused[1:])
 
     def chain_staged(self, stages: list[Node], values: list[dict], grid: int, writes) -> dict | None:
-        """On cuda, the B that a chain's wide GEMM stages (N > 32: a thread's columns read as vectors of B at every
-        k, the loads those stages wait on) read, copied once into each block's shared memory by the TMA unit when
-        the block starts (gc_stage_begin), the stages reading it there; or None. It qualifies when it is a
-        float32 array of the arena that no stage writes, 16-byte aligned and sized, of at most STAGED_MAX bytes,
-        read by two stages or more (the MLP's W2: h2 = h1 W2 and dh1 = dh2 W2^T), and the grid has a block an
-        SM at most (a block's copy takes shared memory that other blocks of the SM would need). Marks the
-        readers' values `b_staged`; {"ptr", "bytes", "first": the first reader's stage, "readers", "name"}."""
+        """On cuda, the B operands of a chain's GEMM stages copied once into each block's shared memory by the TMA
+        unit when the block starts (gc_stage_copy), the stages reading them there instead of from L1 / L2 at
+        every k (the loads those stages wait on; each block reads every B whole); or None. The Bs that qualify:
+        float32 arrays of the arena that no stage writes, 16-byte aligned and sized, at most STAGED_MAX bytes in
+        all (the MLP's W2 and W3; in shared memory one after another, each at a multiple of 128 bytes), and only
+        where the grid has a block an SM at most (a block's copy takes shared memory that other blocks of the SM
+        would need). Marks each reader's values `b_staged` (its B's offset in the copy); {"parts": [{"ptr",
+        "at", "bytes"}], "bytes": the buffer's size, "tx": the bytes copied, "first": the first reader's stage,
+        "names"}."""
         if self.target != "cuda" or grid > SMS:
             return None
-        readers = {}   # B's id: (B, the wide stages reading it)
+        parts, readers = {}, {}   # B's id: its part; the stages reading it
         for i, (node, v) in enumerate(zip(stages, values)):
-            if v["gemm"] and v["n"] > 32:
-                b = gemm_of(node)[2]
-                readers.setdefault(id(b), (b, []))[1].append(i)
-        shared = [(b, ix) for b, ix in readers.values() if len(ix) >= 2 and b.dtype == "float32"
-                  and not is_literal(storage_root(b)) and not self.read_in_place(b)]
-        if not shared:
+            if not v["gemm"]:
+                continue
+            b = gemm_of(node)[2]
+            if id(b) not in parts:
+                if b.dtype != "float32" or is_literal(storage_root(b)) or self.read_in_place(b):
+                    continue
+                at, size = self.plan.offset_of(b, self.direction), b.size * 4
+                if at % 16 or size % 16 or overlap([(at, at + size)], writes):
+                    continue
+                parts[id(b)] = {"ptr": self.pointer(b), "bytes": size, "name": b.name}
+            readers.setdefault(id(b), []).append(i)
+        at = 0
+        for part in parts.values():
+            part["at"], at = at, at + -(-part["bytes"] // 128) * 128
+        if not parts or at > STAGED_MAX:
             return None
-        b, ix = max(shared, key=lambda x: x[0].size)
-        at, size = self.plan.offset_of(b, self.direction), b.size * 4
-        if at % 16 or size % 16 or size > STAGED_MAX or overlap([(at, at + size)], writes):
-            return None
-        for i in ix:
-            values[i]["b_staged"] = True
-        return {"ptr": self.pointer(b), "bytes": size, "first": ix[0], "readers": len(ix), "name": b.name}
+        for key, ix in readers.items():
+            for i in ix:
+                values[i]["b_staged"] = parts[key]["at"]
+        return {"parts": list(parts.values()), "bytes": at, "tx": sum(p["bytes"] for p in parts.values()),
+                "first": min(i for ix in readers.values() for i in ix), "names": [p["name"] for p in parts.values()]}
 
     def post(self, after: list[Node], index: int, chain: Kernel) -> Kernel | None:
         """A chain's post stages (chain.post_stages) as one kernel launched right after the chain's, or None
