@@ -227,10 +227,8 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         layout.append({"offset": b.offset, "size": b.size, "region": b.region, "lifetime": lifetime,
                        "what": what})
     for name, (start, size) in plan.workspaces.items():
-        what = ("split GEMMs' partial tiles, summed by the chain after each (lower.py's fold_split_sums)"
-                if name.startswith("split partials") else "a reduction's ticket and the blocks' partials")
         layout.append({"offset": start, "size": size, "region": "workspace", "lifetime": "always",
-                       "what": f"{name}: {what}"})
+                       "what": f"{name}: {plan.workspace_notes[name]}"})
 
     constants = []
     for b in plan.buffers:

@@ -839,7 +839,8 @@ def fold_split_sums(kernels: list, plan) -> None:
         nbytes = split * v["m"] * v["n"] * 4
         if nbytes > PARTIALS_MAX:
             continue
-        base = plan.workspace(f"split partials ({nbytes} bytes)", nbytes)   # the train and eval steps share it
+        base = plan.workspace(f"split partials ({nbytes} bytes)", nbytes,   # the train and eval steps share it
+                              "split GEMMs' partial tiles, summed by the chain after each (lower.py's fold_split_sums)")
         c_range = next(w for w in g.writes if w[0] <= v["c_at"] < w[1])
         part = (base, base + nbytes)
         c.values["sum"] = {"split": split, "m": v["m"], "n": v["n"], "c": v["c"], "ctype": v["ctype"],

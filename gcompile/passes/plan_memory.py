@@ -99,14 +99,17 @@ class MemoryPlan:
     naive_bytes: int                 # every buffer of every schedule at its own offset
     rows_note: str = ""              # how the image input's batch is read (batch_rows), for `inspect`
     workspaces: dict = field(default_factory=dict)   # kernel's own bytes: name -> (offset, size), see workspace
+    workspace_notes: dict = field(default_factory=dict)   # name -> what the bytes hold (the layout's comment)
     chains: dict = field(default_factory=dict)       # schedule -> its chains' stage nodes (chain.py), for lower
 
-    def workspace(self, name: str, nbytes: int) -> int:
+    def workspace(self, name: str, nbytes: int, what: str = "a reduction's ticket and the blocks' partials") -> int:
         """Offset of `nbytes` owned by one kernel (lower.py: a reduction over several blocks keeps its ticket and
-        partials there), in a region after the temporaries that grows the arena: zero when the arena is made,
-        never shared with another buffer, never in a checkpoint. The same name gets the same bytes again."""
+        partials there; `what` says what, for the arena's layout), in a region after the temporaries that grows
+        the arena: zero when the arena is made, never shared with another buffer, never in a checkpoint. The same
+        name gets the same bytes again."""
         if name not in self.workspaces:
             self.workspaces[name] = (self.arena_bytes, aligned(nbytes))
+            self.workspace_notes[name] = what
             self.arena_bytes += aligned(nbytes)
             self.lower_bound += aligned(nbytes)      # bytes no plan can share
         offset, size = self.workspaces[name]
