@@ -202,9 +202,9 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
     feeds = list(inputs) if inputs is not None else sample_inputs(best.manifest["train_inputs"])
     # fp32 tiles change the order of sums only: a candidate's update agrees with the default build's to 1e-4.
     # tf32 tiles also round operands, each kind its own way (register-staged: to nearest; pipelined mma.sync
-    # and wgmma: truncated, 2^-10),
-    # and the rounding composes along the step (dW1 depends on every GEMM before it): two valid tf32 builds
-    # of the MLP at batch 1000 differ by 4.3e-3 in W1's update, each within 3.5e-3 of the fp32 build's (H100).
+    # and wgmma: truncated, 2^-10), and the rounding composes along the step (dW1 depends on every GEMM before
+    # it): two valid tf32 builds of the MLP at batch 1000 differ by 4.3e-3 in W1's update, each within 3.5e-3
+    # of the fp32 build's (H100).
     # So tf32 candidates are held to the fp32 build's update at TF32_STEP_AGREE instead.
     if precision == "tf32":
         with load(build(compile_program(program, "cuda", name, precision="fp32", build_command=command),
