@@ -55,7 +55,8 @@ class Tile:
     bk: int
     tm: int
     tn: int
-    tf32: int = 0     # 1: mma.sync tensor cores (a warp's TM x TN); 2: wgmma (sm_90a, a warpgroup's 64 x TN)
+    tf32: int = 0     # 1: mma.sync tensor cores (a warp's TM x TN); 2: wgmma (sm_90a, a warpgroup's 64 x TN);
+    #                   3: mma.sync on tf32 parts, to fp32 accuracy (an fp32 tile: X3 of gc_gemm_tc_kernel)
     stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
     kw: int = 1       # fp32 pipelined tiles: groups of threads sharing out each K step's k (KW of gc_tile)
 
@@ -70,13 +71,13 @@ class Tile:
     @property
     def float_rows_only(self) -> bool:
         """Whether the kernel copies the image rows it reads in place straight into shared memory (cp.async),
-        so float rows only: the fp32 pipelined and the wgmma kernels. The mma.sync pipeline and the
-        register-staged kernel convert uint8 rows as they read them."""
-        return self.stages > 0 and self.tf32 != 1
+        so float rows only: the fp32 pipelined and the wgmma kernels. The mma.sync pipeline (tf32 and tf32
+        parts) and the register-staged kernel convert uint8 rows as they read them."""
+        return self.stages > 0 and self.tf32 not in (1, 3)
 
     @property
     def name(self) -> str:
-        kind = "wgmma" if self.wgmma else "tf32" if self.tf32 else "fp32"
+        kind = {0: "fp32", 1: "tf32", 2: "wgmma", 3: "3xtf32"}[self.tf32]
         return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{kind}"
                 + (f"/cp{self.stages}" if self.stages else "") + (f"/kw{self.kw}" if self.kw > 1 else ""))
 
@@ -144,7 +145,12 @@ TILES = {
              Tile(32, 32, 16, 4, 4, stages=4),
              # the same with two K groups (KW = 2: twice the warps, each on every other k of a step)
              Tile(64, 64, 16, 8, 4, stages=4, kw=2), Tile(64, 64, 32, 8, 4, stages=3, kw=2),
-             Tile(64, 64, 16, 8, 8, stages=4, kw=2), Tile(32, 32, 16, 4, 4, stages=4, kw=2)],
+             Tile(64, 64, 16, 8, 8, stages=4, kw=2), Tile(32, 32, 16, 4, 4, stages=4, kw=2),
+             # fp32 on tensor cores (TF32 = 3): the tensor-core pipeline's tiles, each operand as two tf32
+             # parts (TC_PARTS); not in the calibration: tuning tries them on the large GEMMs
+             Tile(64, 64, 32, 32, 32, 3, stages=4), Tile(64, 32, 32, 32, 16, 3, stages=4),
+             Tile(32, 32, 32, 16, 16, 3, stages=4), Tile(64, 64, 64, 32, 32, 3, stages=3),
+             Tile(64, 32, 64, 32, 16, 3, stages=3), Tile(64, 128, 32, 32, 32, 3, stages=3)],
     "tf32": [Tile(128, 128, 16, 64, 32, 1), Tile(64, 64, 16, 32, 32, 1), Tile(64, 64, 32, 32, 32, 1),
              Tile(64, 32, 16, 32, 16, 1), Tile(64, 32, 32, 32, 16, 1), Tile(32, 64, 16, 16, 32, 1),
              Tile(32, 64, 32, 16, 32, 1), Tile(32, 32, 16, 16, 16, 1), Tile(32, 32, 32, 16, 16, 1),
@@ -176,6 +182,14 @@ LARGE = 1024
 # 348 us). The MLP's GEMMs get the catalogue's 4-warp tensor-core tiles where the sweep measured them faster
 # (b1000 x @ W1, h1 @ W2, dW2, dh1; not dW1), like any other catalogue tile (docs/compiler.md).
 TC_LARGE_TILE = Tile(128, 128, 32, 64, 64, 1, stages=3)
+
+
+# fp32 tiles on tensor cores (tf32 = 3, gc_gemm_tc_kernel's X3: each operand two tf32 parts, three mma a
+# product, two where A is the uint8 image input): fp32's accuracy (an operand's parts hold it to 2^-21; the
+# mma's products are exact, their sums fp32) at two or three times the tf32 tile's tensor-core work. Tuning
+# tries them on GEMMs of TC_PARTS_MIN multiply-adds or more (the MLP's batch-1000 x @ W1 and dW1, 2e8, dW2,
+# 2.6e7; at batch 128 x @ W1 and dW1, 2.6e7); the calibration has no figures for them (docs/compiler.md).
+TC_PARTS_MIN = 1 << 24
 
 
 def is_large(m: int, n: int, k: int, batch: int = 1) -> bool:
@@ -301,12 +315,21 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
             break
         if (tile, split) not in out:
             out.append((tile, split))
-    blocks = lambda t, s: math.ceil(m / t.bm) * math.ceil(n / t.bn) * s  # noqa: E731 - one use
+    blocks = lambda t, s: math.ceil(m / t.bm) * math.ceil(n / t.bn) * s * max(batch, 1)  # noqa: E731
     near = [(blocks(t, s), c, t, s) for c, t, s in usable if c <= 1.25 * usable[0][0]]
     if near:
         _, _, tile, split = min(near, key=lambda x: (x[0], x[1]))
         if (tile, split) not in out:
             out.append((tile, split))
+    # fp32 on tensor cores (tf32 parts), which the calibration has no figures for: on a GEMM of TC_PARTS_MIN
+    # multiply-adds or more, each such tile at the two splits whose grids come nearest to a block an SM
+    if precision == "fp32" and m * n * k * max(batch, 1) >= TC_PARTS_MIN:
+        for tile in TILES["fp32"]:
+            if tile.tf32 != 3:
+                continue
+            fits = sorted((s for s in tile.splits() if split_fits(tile, s, k, batch)),
+                          key=lambda s: abs(math.log(blocks(tile, s) / SMS)))
+            out += [(tile, s) for s in fits[:2] if (tile, s) not in out]
     return out
 
 

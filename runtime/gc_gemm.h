@@ -16,13 +16,15 @@
 //   TM x TN   TF32 = 0: the outputs one thread computes (fp32 FMAs, multiples of 4);
 //             TF32 = 1: the tile one warp computes with tf32 tensor cores (mma m16n8k8; multiples of 16 x 8);
 //             TF32 = 2: the tile one warpgroup (4 warps) computes with wgmma (sm_90a; 64-row blocks by 64 or
-//             128, one side or the other: gc_gemm_wg_kernel in gc_gemm_wgmma.cuh, pipelined, STAGES >= 3).
+//             128, one side or the other: gc_gemm_wg_kernel in gc_gemm_wgmma.cuh, pipelined, STAGES >= 3);
+//             TF32 = 3: as 1, to fp32 accuracy: each fp32 operand split into two tf32 parts, three mma a
+//             product (two where A is the uint8 image input: its bytes are exact; gc_gemm_tc_kernel only).
 //   SPLIT     > 1: K is split over a cluster of SPLIT blocks (sm_90) whose partial tiles are summed in
 //             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
 //   SM SN SK  the static shape the GEMM was specialized for (0: any). Bounds checks on a dimension that the
 //             tile divides are compiled out; gc_gemm refuses a launch whose shape differs.
 //   STAGES    > 0: a pipelined kernel, operands copied to shared memory with cp.async, STAGES K steps deep:
-//             gc_gemm_pipe_kernel (fp32 FMAs) or, TF32 = 1, gc_gemm_tc_kernel (gc_gemm_tc.cuh);
+//             gc_gemm_pipe_kernel (fp32 FMAs) or, TF32 = 1 or 3, gc_gemm_tc_kernel (gc_gemm_tc.cuh);
 //             0: the register-staged one (gc_gemm_kernel).
 //   KW        fp32 pipelined tiles: KW groups of (BM / TM) x (BN / TN) threads, group w computing every KW-th k
 //             of each step (k = w, w + KW, ...) into its own accumulators; group 0 adds the others' in order

@@ -92,6 +92,15 @@ __device__ __forceinline__ float gc_tf32(float x) {
     return x;
 #endif
 }
+// An fp32 operand x as two tf32 parts (TF32 = 3 tiles, gc_gemm_tc.cuh), in four instructions: high = x
+// truncated to tf32 (its top 19 bits: |x - high| < 2^-10 |x|; a NaN stays one) and low = x - high (exact in
+// fp32) rounded to nearest tf32 on its bits (a carry may reach the exponent: still the nearest), so that
+// |x - high - low| <= 2^-21 |x| and |low| < 2^-10 |x|. The mma reads both whole (their low 13 bits are zero).
+// An infinite x gives a NaN low part.
+__device__ __forceinline__ void gc_tf32_parts(uint32_t x, uint32_t& high, uint32_t& low) {
+    high = x & 0xffffe000u;
+    low = (__float_as_uint(__uint_as_float(x) - __uint_as_float(high)) + 0x1000u) & 0xffffe000u;
+}
 __device__ __forceinline__ void gc_mma_tf32(float* d, const uint32_t* a, const uint32_t* b) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -476,6 +485,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int S = Tile::SPLIT, THREADS = Tile::THREADS;
     constexpr bool TC = Tile::TF32 != 0;
+    static_assert(Tile::TF32 != 3, "gc_gemm: tf32-part (fp32) tiles are pipelined (gc_gemm_tc_kernel)");
     static_assert(!TC || sizeof(T) == 4, "gc_gemm: tf32 tiles are for float GEMMs");
     static_assert(BM % TM == 0 && BN % TN == 0 && BK % 8 == 0, "gc_gemm: tile sizes do not divide");
     static_assert(TC ? (TM % 16 == 0 && TN % 8 == 0) : (TM % 4 == 0 && TN % 4 == 0),
@@ -1018,7 +1028,7 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     // The fp32 pipelined and the wgmma kernels copy A's rows (cp.async) without converting them: float rows
     // only where they read the image input in place (gemm_tiles.Tile.float_rows_only; the mma.sync pipeline
     // converts uint8 rows as it stages them).
-    if constexpr (Tile::STAGES > 0 && Tile::TF32 != 1) {
+    if constexpr (Tile::STAGES > 0 && Tile::TF32 != 1 && Tile::TF32 != 3) {
         if (RA && rows.u8)
             return gc_fail(GC_ERR_ARG, "gc_gemm: a %s tile reads the image input in place from float rows only, "
                            "and these are uint8 (the trainer converts them where such a tile reads them: "

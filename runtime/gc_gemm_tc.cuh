@@ -13,6 +13,13 @@
 // The image input read in place (RA: rows gathered by index, uint8 or float; gc_rows) comes in by cp.async
 // too, row by row (gc_tc_rows); a uint8 operand stays bytes in shared memory and is converted (gc_pixel, the
 // value every other reader sees) as its fragments are read.
+// TF32 = 3 (fp32 tiles on tensor cores): the same kernel, each fragment register split as it is used into a
+// high and a low tf32 part (gc_tf32_parts: to 2^-21 of the operand, four instructions) and each product
+// computed as three mma, a_low b_high + a_high b_low + a_high b_high (a_low b_low, under 2^-20 of the product,
+// left out: each product to 2^-19 at worst, the mma's products exact, their sums fp32 — under the fp32 sum's
+// own bound, K x 2^-24, from K = 32 on). A uint8 A (the image input's bytes, integers under 256) is exact as a
+// high part: the bytes go into the products unscaled, two mma a product (to 2^-21), and the sums are scaled
+// at the end (against gc_pixel's values, one more rounding: 2^-24).
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 // One operand's K step in shared memory: element (x, k), x < X (BM or BN), k < BK. KMAJOR: the matrix's rows
@@ -39,29 +46,41 @@ struct gc_tc_layout {
     // fragment read, took four integer instructions an element: over half the loop's instructions at the
     // MLP's batch-1000 x @ W1 (ncu), whose step was 5% slower for it (H200, docs/compiler.md).
     __device__ static __forceinline__ uint32_t tf32(float a) { return __float_as_uint(a); }
-    __device__ static __forceinline__ float value(E v, float scale) {
-        if constexpr (U8) return gc_pixel(v, scale);
-        else return v;
+    // A byte (bits 0-7 of b, the rest zero) as gc_pixel converts it, u8 * scale: the float whose bits are
+    // 0x4B000000 | u8 is 2^23 + u8, less 2^23 the byte's value exactly — an integer and a float add instead
+    // of a conversion (I2F, a quarter of the rate; 8 a lane a k slice of the 32-row warp tiles).
+    __device__ static __forceinline__ float byte(uint32_t b, float scale) {
+        return (__uint_as_float(0x4B000000u | b) - 8388608.f) * scale;
     }
-    // Elements (x, k) and (x, k + 1), k even, as tf32 operand registers (bytes: converted by gc_pixel first).
+    // Elements (x, k) and (x, k + 1), k even, as tf32 operand registers (bytes: converted as gc_pixel does).
     __device__ static __forceinline__ void pair(const float* s, int x, int k, uint32_t& lo, uint32_t& hi,
                                                 float scale = 1.f) {
         const E* e = reinterpret_cast<const E*>(s);
+        if constexpr (U8) {
+            uint32_t a, b;
+            if (KMAJOR) {
+                a = e[k * LD + x];
+                b = e[(k + 1) * LD + x];
+            } else {   // the two bytes of one 2-byte read, each moved into the low byte of 0x4B000000
+                const uint32_t v = *reinterpret_cast<const uint16_t*>(e + x * LD + k);
+                a = __byte_perm(v, 0, 0x4440);
+                b = __byte_perm(v, 0, 0x4441);
+            }
+            lo = tf32(byte(a, scale));
+            hi = tf32(byte(b, scale));
+            return;
+        }
         E a, b;
         if (KMAJOR) {
             a = e[k * LD + x];
             b = e[(k + 1) * LD + x];
-        } else if constexpr (U8) {
-            const uchar2 v = *reinterpret_cast<const uchar2*>(e + x * LD + k);
-            a = v.x;
-            b = v.y;
         } else {
             const float2 v = *reinterpret_cast<const float2*>(e + x * LD + k);
             a = v.x;
             b = v.y;
         }
-        lo = tf32(value(a, scale));
-        hi = tf32(value(b, scale));
+        lo = tf32(a);
+        hi = tf32(b);
     }
 };
 
@@ -177,7 +196,8 @@ __global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS <= 128 ? 2 : 1)
 gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
-    static_assert(Tile::TF32 && sizeof(T) == 4 && ST >= 2, "gc_gemm: tensor-core pipelined tiles are tf32, 2+ stages");
+    static_assert((Tile::TF32 == 1 || Tile::TF32 == 3) && sizeof(T) == 4 && ST >= 2,
+                  "gc_gemm: tensor-core pipelined tiles are tf32 or tf32 parts, 2+ stages");
     static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
     static_assert(Tile::KW == 1, "gc_gemm: K groups are for fp32 pipelined tiles");
     static_assert(BM % TM == 0 && BN % TN == 0 && TM % 16 == 0 && TN % 8 == 0, "gc_gemm: warp tile not 16 x 8 mma tiles");
@@ -220,7 +240,9 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     }();
     const OperandB ob(!TB ? B + (size_t)g.k_begin * g.N + g.n0 : B + (size_t)g.n0 * g.K + g.k_begin, TB ? g.K : g.N,
                       !TB ? kl : g.N - g.n0, !TB ? g.N - g.n0 : kl, g.vb);
-    const float scale = RA == 2 ? p.rows.scale : 1.f;
+    // X3: fp32 by tf32 parts (TF32 = 3); EXACT: A is uint8 bytes, taken as they are (scaled at the end)
+    constexpr bool X3 = Tile::TF32 == 3, EXACT = X3 && RA == 2;
+    const float scale = RA == 2 && !EXACT ? p.rows.scale : 1.f;
     auto load = [&](int buf, int kt) {   // K step kt into buffer buf
         const int dk = kt * BK;
         T* s = smem + buf * Smem::STAGE;
@@ -262,11 +284,43 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     gc_pipeline<ST, KS>(g.ktiles, load, [&] {
         if constexpr (S == 1) gc_gemm_prefetch<2, !EM, !EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
     }, [&](int buf, int ks, int set) { fragments(smem + buf * Smem::STAGE, ks * 8, af[set], bf[set]); }, [&](int set) {
+        if constexpr (X3) {
+            uint32_t bh[NI][2], bl[NI][2];
+#pragma unroll
+            for (int j = 0; j < NI; j++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) gc_tf32_parts(bf[set][j][r], bh[j][r], bl[j][r]);
+#pragma unroll
+            for (int i = 0; i < MI; i++) {
+                uint32_t ah[4], al[4];
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    if constexpr (EXACT) ah[r] = af[set][i][r];
+                    else gc_tf32_parts(af[set][i][r], ah[r], al[r]);
+                }
+#pragma unroll
+                for (int j = 0; j < NI; j++) {   // the small terms first
+                    if constexpr (!EXACT) gc_mma_tf32(acc[i][j], al, bh[j]);
+                    gc_mma_tf32(acc[i][j], ah, bl[j]);
+                    gc_mma_tf32(acc[i][j], ah, bh[j]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < NI; j++) gc_mma_tf32(acc[i][j], af[set][i], bf[set][j]);
+        }
+    });
+    if constexpr (EXACT) {   // the bytes' sums, scaled as gc_pixel scales a byte
+        const float k = p.rows.scale;
 #pragma unroll
         for (int i = 0; i < MI; i++)
 #pragma unroll
-            for (int j = 0; j < NI; j++) gc_mma_tf32(acc[i][j], af[set][i], bf[set][j]);
-    });
+            for (int j = 0; j < NI; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) acc[i][j][r] *= k;
+    }
     gc_gemm_finish<2, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc, for_runs, [] {
         gc_cp_wait<0>();   // (only empty groups are left, but no copy may land after the partial tile)
         __syncthreads();   // every warp is past its last reads of the buffers

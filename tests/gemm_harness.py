@@ -258,10 +258,13 @@ def reference(case: Case, a, b, bias):
 def tolerance(case: Case) -> float:
     """Relative bound on |C - C64| / (|op(A)| @ |op(B)|): per product, the operands' rounding (tf32: 10
     mantissa bits: rounded to nearest by the register-staged kernel, 2^-11 each; truncated by the tensor cores
-    of the pipelined mma.sync and the wgmma tiles, which get the operands as they are, 2^-10 each) and
-    the float sum's (K steps of 2^-24 at worst), with a factor 2 of slack; the epilogue's own rounding is added
-    relative to |C|."""
+    of the pipelined mma.sync and the wgmma tiles, which get the operands as they are, 2^-10 each; fp32 on
+    tensor cores, tf32 parts: 2^-19) and the float sum's (K steps of 2^-24 at worst), with a factor 2 of
+    slack; the epilogue's own rounding is added relative to |C|."""
     eps = 2.0 ** -53 if case.dtype == "float64" else 2.0 ** -24
-    truncated = case.tf32 and "gc_tile<" in case.tile and Tile.parse(case.tile)[0].stages > 0
-    operand = 2 * 2.0 ** (-10 if truncated else -11) if case.tf32 else 0.0
+    kind = Tile.parse(case.tile)[0] if "gc_tile<" in case.tile else None
+    truncated = case.tf32 and kind is not None and kind.stages > 0
+    # fp32 on tensor cores (tf32 parts, TF32 = 3): each product to 2^-19 (gc_gemm_tc.cuh)
+    parts = kind is not None and kind.tf32 == 3
+    operand = 2 * 2.0 ** (-10 if truncated else -11) if case.tf32 else 2.0 ** -19 if parts else 0.0
     return 2 * (operand + max(case.k, 1) * eps)

@@ -4,6 +4,7 @@ epilogue, fp32 and tf32 tiles, float64; a launch that contradicts its tile's sta
 Also: the tile heuristic's choices, and an nvcc compile (no GPU needed) of every catalogue tile."""
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -14,8 +15,8 @@ import pytest
 
 from gcompile.build import compile_flags
 from gcompile.errors import GCompileError
-from gcompile.gemm_tiles import (LARGE_TILE, TC_LARGE_TILE, TILES, Tile, calibration, candidates, choose_tile, cost,
-                                  is_large, tile_by_name)
+from gcompile.gemm_tiles import (LARGE_TILE, TC_LARGE_TILE, TILES, Tile, alternatives, calibration, candidates,
+                                 choose_tile, cost, is_large, tile_by_name)
 from gcompile.resources import package_dir
 import gemm_harness as H
 
@@ -222,6 +223,22 @@ def cases() -> list[H.Case]:
         C("float32", False, False, "gc_tile<64, 128, 32, 64, 128, 2, 4, 1000, 256, 784, 4>", 1000, 256, 784,
           tf32=True, rows="u8", expect_error="float rows only", cuda_only=True),
     ]
+    # fp32 on tensor cores (TF32 = 3: each operand as two tf32 parts, gc_gemm_tc_kernel), held to the fp32
+    # tolerances (tf32 not set): every transpose case, odd shapes (element copies), split-K with the epilogue and
+    # on runs of 4 columns, eight warps, NaN operands; the MLP's batch-1000 x @ W1 and dW1 with A read in place
+    # from uint8 rows (the bytes exact: two mma a product, the sums scaled) and from float rows, by index or not
+    for ta in (False, True):
+        for tb in (False, True):
+            out += [C("float32", ta, tb, "gc_tile<64, 64, 32, 32, 32, 3, 1, 0, 0, 0, 4>", 37, 53, 29, ep=True),
+                    C("float32", ta, tb, "gc_tile<64, 128, 32, 32, 32, 3, 2, 0, 0, 0, 3>", 100, 136, 300, ep=True),
+                    C("float32", ta, tb, "gc_tile<32, 32, 32, 16, 16, 3, 4, 112, 64, 1000, 4>", 112, 64, 1000,
+                      ep=True, runs=True),
+                    C("float32", ta, tb, "gc_tile<64, 32, 32, 32, 16, 3, 2, 0, 0, 0, 4>", 70, 40, 100, nans=True)]
+        for rows in ("u8", "f32"):
+            for index in (True, False):
+                out.append(C("float32", ta, False, "gc_tile<64, 64, 32, 32, 32, 3, 4, 784, 256, 1000, 4>" if ta
+                             else "gc_tile<64, 64, 64, 32, 32, 3, 2, 1000, 256, 784, 3>",
+                             *((784, 256, 1000) if ta else (1000, 256, 784)), ep=not ta, rows=rows, index=index))
     for precision in ("fp32", "tf32"):   # the MLP's GEMMs as the trainer runs them: rows by index, float ones
         for m, n, k, ta in ((1000, 256, 784, False), (784, 256, 1000, True), (128, 256, 784, False),
                             (784, 256, 128, True)):   # for a pipelined fp32 or a wgmma tile (GC_X_FLOAT), else uint8
@@ -303,7 +320,8 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
 
 def test_calibration_is_consistent():
     """Every measured tile is a catalogue tile with a split it supports, choose_tile returns it for its
-    shape, and every catalogue tile has the cost model's constants."""
+    shape, and every catalogue tile has the cost model's constants but the fp32 tensor-core (tf32 parts)
+    ones, which only tuning tries (alternatives, on large GEMMs)."""
     data = calibration()
     assert data["measured"] and data["gpu"] and data["commit"]
     for e in data["measured"]:
@@ -317,8 +335,20 @@ def test_calibration_is_consistent():
             tile.c_type(split, e["m"], e["n"], e["k"])
     for tiles in TILES.values():
         for tile in tiles:
+            if tile.tf32 == 3:
+                assert tile.name not in data["model"]["tiles"] and cost(tile, 1, 1000, 1000, 1000) == math.inf
+                continue
             assert len(data["model"]["tiles"][tile.name]) == 2
             assert cost(tile, 1, 1000, 1000, 1000) > 0
+    # tuning tries the tf32-parts tiles on the MLP's larger GEMMs (two splits each: x @ W1, dW1 and, at
+    # batch 1000, dW2), not on the small ones, nor under tf32
+    for m, n, k, ta, tries in ((1000, 256, 784, False, True), (784, 256, 1000, True, True),
+                               (128, 256, 784, False, True), (256, 100, 1000, True, True),
+                               (256, 100, 128, True, False), (128, 100, 256, False, False)):
+        parts = [(t, s) for t, s in alternatives(m, n, k, ta, False, "fp32", rows=True) if t.tf32 == 3]
+        assert len(parts) == (2 * sum(t.tf32 == 3 for t in TILES["fp32"]) if tries else 0), (m, n, k)
+        assert all(s in t.splits() for t, s in parts)
+    assert not any(t.tf32 == 3 for t, _ in alternatives(1000, 256, 784, False, False, "tf32"))
     # a shape the sweep did not measure goes through the model, which ranks the register-staged tiles only
     _, tile, split = candidates(3000, 70, 200, "fp32", pipelined=False)[0]
     assert choose_tile(3000, 70, 200, False, True, "fp32") == tile.c_type(split, 3000, 70, 200)
@@ -341,6 +371,7 @@ def test_which_tiles_read_float_rows_only():
     only = {t.name: t.float_rows_only for kind in ("fp32", "tf32") for t in TILES[kind]}
     assert only["64x64x16/8x4/fp32/cp4"] and only["64x128x32/64x128/wgmma/cp4"]
     assert not only["64x64x16/8x4/fp32"] and not only["64x64x32/32x32/tf32/cp4"]
+    assert not only["64x64x32/32x32/3xtf32/cp4"]
     assert not only["32x32x32/16x16/tf32"]
 
 
