@@ -6,7 +6,10 @@ the GEMMs share the GPU with the other branches, so the fastest tile alone is no
 with one GEMM's tile replaced by each of its alternatives (`gemm_tiles.alternatives`: the measured fastest
 and the cost model's cheapest), times the step (`Model.time_steps`, interleaved with the best so far) and
 keeps a replacement that is faster by more than `margin`; one GEMM after the other, the most expensive
-first (coordinate descent). Every candidate's parameters after a few steps must agree with the default
+first (coordinate descent). A GEMM's twins in the evaluation step (`followers`: the same shape and input, as
+the MLP's x @ W1) get its tile with it. The GEMMs that read the image input in place are first also tried
+together on each of fp32's tf32-parts tiles (gemm_tiles.TC_PARTS_MIN): those take the input's bytes exactly,
+but only where none of the others takes float rows. Every candidate's parameters after a few steps must agree with the default
 build's (fp32 tiles change only the order of sums, to 1e-4); under tf32, whose tiles also round operands each
 their own way, every candidate's (and the default build's) to the fp32 build's, to 1e-2. Given a dataset
 (`data=`), the steps timed are the trainer's (the standalone binary's epochs), which read the batch in place
@@ -103,10 +106,11 @@ def check_applied(record: dict, kernels: dict) -> None:
                                 "which this program does not have: tune this program again")
 
 
-def gemm_sites(compiled) -> list[dict]:
-    """The training step's GEMM kernels: name, shape, transposes, batch, whether A is read in place."""
+def gemm_sites(compiled, step: str = "train") -> list[dict]:
+    """A step's GEMM kernels (the training step's by default): name, shape, transposes, batch, whether A is
+    read in place."""
     out = []
-    for kernel in compiled.kernels.get("train", []):
+    for kernel in compiled.kernels.get(step, []):
         if kernel.kind != "matmul":
             continue
         v = kernel.values
@@ -114,6 +118,19 @@ def gemm_sites(compiled) -> list[dict]:
                     "k": v["k"], "batch": v["batch"], "trans_a": bool(v["trans_a"]), "trans_b": bool(v["trans_b"]),
                     "rows": bool(v["rows"]), "dtype": DTYPES[v["ctype"]], "tile": v["tile"]})
     return out
+
+
+SAME_GEMM = ("m", "n", "k", "batch", "trans_a", "trans_b", "rows", "dtype")
+
+
+def followers(compiled) -> dict[str, list[dict]]:
+    """{training step GEMM kernel: the evaluation step's GEMMs of the same shape, transposes and input (its
+    x @ W1 is the training step's)}: a tile tuned for the one goes to the others. What matters most is the
+    image input read in place: its rows are floats for every reader where one reader's tile takes float rows
+    only (GC_X_FLOAT), so the evaluation's copy of a GEMM must not keep a float-rows tile that its tuned
+    training twin left."""
+    evals = gemm_sites(compiled, "eval")
+    return {s["kernel"]: [e for e in evals if all(e[f] == s[f] for f in SAME_GEMM)] for s in gemm_sites(compiled)}
 
 
 def trainer_step_us(binary: str, data: str, batch: int, epochs: int = 3) -> list[float]:
@@ -148,7 +165,7 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
     the dataset, as users' training does, instead of the library's; workdir: where the candidate builds go
     (default: a temporary folder)."""
     from .build import build, compile_flags, detect_arch, header_commands
-    from .gemm_tiles import Tile, alternatives, check_precision, cost
+    from .gemm_tiles import Tile, alternatives, check_precision, cost, tile_by_name
     from .loader import load
     from .pipeline import compile_program
 
@@ -163,6 +180,7 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
     command = header_commands("cuda", compiler, flags)
     base = compile_program(program, "cuda", name, precision=precision, build_command=command)
     sites = gemm_sites(base)
+    twins = followers(base)
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="gcompile-tune-"))
     built = {}
 
@@ -224,35 +242,60 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
         f"{'the trainer on ' + str(data) if data is not None else 'the library'}); {len(sites)} GEMMs, up to "
         f"{count} alternatives each")
     order = sorted(sites, key=lambda s: -cost(*Tile.parse(s["tile"]), s["m"], s["n"], s["k"], s["batch"]))
+    options = {site["kernel"]: alternatives(site["m"], site["n"], site["k"], site["trans_a"], site["trans_b"],
+                                            precision, site["batch"], site["dtype"], site["rows"], count)
+               for site in sites}
     trials = []
+
+    def retiled(tiles: dict, site: dict, tile, split: int) -> dict:
+        """tiles with the site's GEMM (and its evaluation twins) on this tile."""
+        return {**tiles, **{s["kernel"]: (tile.name, split) for s in [site, *twins[site["kernel"]]]}}
+
+    def trial(tiles: dict, what: str, label: str, entry: dict) -> bool:
+        """Time the build with these tiles against the best so far; keep it if faster by the margin."""
+        nonlocal best_tiles, best, best_us
+        model = model_for(tiles)
+        off = disagreeing(update_of(model), reference, agree)
+        if off:
+            against = "the fp32 build does" if precision == "tf32" else "the default tiles do"
+            raise GCompileError(f"tune: {what} updates {', '.join(off)} otherwise than {against} (beyond "
+                                f"{agree:g} norm-wise): a GEMM tile is wrong")
+        best_us, us = timed([best, model])
+        kept = us < best_us * (1 - margin)
+        trials.append({**entry, "us": round(us, 3), "best_us": round(best_us, 3), "kept": kept})
+        log(f"  {label:<57}: {us:7.2f} us (best {best_us:7.2f})" + ("  kept" if kept else ""))
+        if kept:
+            best_tiles, best, best_us = tiles, model, us
+        return kept
+
+    # The GEMMs that read the image input in place read it in one format: floats wherever one of them has
+    # a float-rows-only tile (GC_X_FLOAT), else its bytes, which fp32's tf32-parts tiles take exactly (two
+    # mma a product instead of three). One such GEMM retiled alone still gets floats from the others, so
+    # first each tf32-parts tile goes to all of them at once (each at its split nearest a block an SM).
+    readers = [site for site in order if site["rows"]]
+    for tile in {t: None for site in readers for t, _ in options[site["kernel"]] if t.tf32 == 3}:
+        splits = [next((s for t, s in options[site["kernel"]] if t == tile), None) for site in readers]
+        if None in splits:
+            continue
+        tiles = dict(best_tiles)
+        for site, split in zip(readers, splits):
+            tiles = retiled(tiles, site, tile, split)
+        trial(tiles, f"the image input's GEMMs ({', '.join(s['kernel'] for s in readers)}) on tile {tile.name}",
+              f"{'+'.join(s['name'] for s in readers)[:27]:<28} {tile.name:<28} (together)",
+              {"kernel": "+".join(s["kernel"] for s in readers), "tile": tile.name, "splits": splits})
     for site in order:
-        options = alternatives(site["m"], site["n"], site["k"], site["trans_a"], site["trans_b"], precision,
-                               site["batch"], site["dtype"], site["rows"], count)
-        current = site["tile"]   # the site's tile in the best build so far
-        for tile, split in options:
-            text = tile.c_type(split, site["m"], site["n"], site["k"])
-            if text == current:
+        for tile, split in options[site["kernel"]]:
+            now = best_tiles.get(site["kernel"])   # the site's tile in the best build so far
+            text = tile_by_name(now[0]).c_type(now[1], site["m"], site["n"], site["k"]) if now else site["tile"]
+            if tile.c_type(split, site["m"], site["n"], site["k"]) == text:
                 continue
-            tiles = {**best_tiles, site["kernel"]: (tile.name, split)}
-            model = model_for(tiles)
-            got = update_of(model)
-            off = disagreeing(got, reference, agree)
-            if off:
-                against = "the fp32 build does" if precision == "tf32" else "the default tiles do"
-                raise GCompileError(f"tune: kernel {site['kernel']} on tile {tile.name} split {split} updates "
-                                    f"{', '.join(off)} otherwise than {against} (beyond {agree:g} norm-wise): a GEMM "
-                                    "tile is wrong")
-            best_us, us = timed([best, model])
-            kept = us < best_us * (1 - margin)
-            trials.append({"kernel": site["kernel"], "tile": tile.name, "split": split, "us": round(us, 3),
-                           "best_us": round(best_us, 3), "kept": kept})
-            log(f"  {site['name']:<28} {tile.name:<28} split {split}: {us:7.2f} us (best {best_us:7.2f})"
-                + ("  kept" if kept else ""))
-            if kept:
-                best_tiles, best, best_us, current = tiles, model, us, text
+            trial(retiled(best_tiles, site, tile, split),
+                  f"kernel {site['kernel']} on tile {tile.name} split {split}",
+                  f"{site['name']:<28} {tile.name:<28} split {split}",
+                  {"kernel": site["kernel"], "tile": tile.name, "split": split})
     tuned_us, baseline_us = timed([best, model_for({})])
     kernels = []
-    for site in sites:
+    for site in sites + [twin for site in sites for twin in twins[site["kernel"]]]:
         if site["kernel"] in best_tiles:
             tile, split = best_tiles[site["kernel"]]
             kernels.append({k: site[k] for k in ("kernel", "name", "m", "n", "k", "batch")} |
@@ -263,7 +306,8 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
               "precision": precision, "gpu": gpu_name(), "timing": "trainer" if data is not None else "library",
               "kernels": kernels, "baseline_us": round(baseline_us, 3),
               "tuned_us": round(tuned_us, 3), "trials": trials, "seconds": round(time.perf_counter() - started, 1)}
-    log(f"tune {name}: {baseline_us:.2f} -> {tuned_us:.2f} us a step, {len(kernels)} of {len(sites)} GEMMs "
+    retiled_sites = sum(site["kernel"] in best_tiles for site in sites)
+    log(f"tune {name}: {baseline_us:.2f} -> {tuned_us:.2f} us a step, {retiled_sites} of {len(sites)} GEMMs "
         f"retiled, {len(trials)} builds timed in {record['seconds']:.0f} s")
     return record
 

@@ -10,7 +10,7 @@ import gcompile as gc
 from gcompile.cli import main
 from gcompile.gemm_tiles import TILES, Tile, alternatives, choose_tile, tuned_tile
 from gcompile.pipeline import compile_program
-from gcompile.tune import FORMAT, TF32_STEP_AGREE, disagreeing, gemm_sites, program_digest, read_record
+from gcompile.tune import FORMAT, TF32_STEP_AGREE, disagreeing, followers, gemm_sites, program_digest, read_record
 
 from conftest import EXAMPLES as EXAMPLES_DIR, load_bench, load_example
 
@@ -44,6 +44,28 @@ def test_a_record_sets_the_tiles_it_names_and_only_those():
     # node ids differ from process to process (and program to program): the key and the digest do not
     again = mlp()
     assert train_tiles(compile_program(again, "cuda", "mnist_mlp", tuning=record_for(program, [kw]))) == tiles
+
+
+def test_the_evaluation_twin_of_a_tuned_gemm_follows_it():
+    """The MLP's evaluation step computes x @ W1 as the training step does (its own kernel, the image input
+    read in place): tuning gives the two one tile, so that the tile of the one does not make the rows floats
+    for the other (GC_X_FLOAT); the record names both, and a build with it has no float rows."""
+    program = mlp(1000)
+    cs = compile_program(program, "cuda", "mnist_mlp")
+    twins = followers(cs)
+    x_w1 = next(s for s in gemm_sites(cs) if s["rows"] and not s["trans_a"])
+    assert len(twins[x_w1["kernel"]]) == 1
+    twin = twins[x_w1["kernel"]][0]
+    assert (twin["m"], twin["n"], twin["k"], twin["rows"]) == (1000, 256, 784, True) and twin["kernel"] != x_w1["kernel"]
+    assert all(not t for k, t in twins.items() if k != x_w1["kernel"])   # dW1 (x^T g) and the rest have none
+    assert "#define GC_X_FLOAT 1" in cs.source   # the default fp32 tiles of x @ W1 and dW1 take float rows
+    dw1 = next(s for s in gemm_sites(cs) if s["rows"] and s["trans_a"])
+    parts = [{"kernel": s["kernel"], "m": s["m"], "n": s["n"], "k": s["k"], "batch": 1,
+              "tile": "64x64x64/32x32/3xtf32/cp3", "split": 2} for s in (x_w1, twin, dw1)]
+    assert "#define GC_X_FLOAT 0" in compile_program(program, "cuda", "mnist_mlp",
+                                                     tuning=record_for(program, parts)).source
+    assert "#define GC_X_FLOAT 1" in compile_program(program, "cuda", "mnist_mlp",
+                                                     tuning=record_for(program, parts[::2])).source
 
 
 def test_a_record_for_another_program_or_an_unusable_tile_is_refused(tmp_path):
@@ -95,7 +117,9 @@ def test_alternatives_are_usable_tiles_of_the_gemm():
                               (100, 10, 128, True, False)):
         for precision in ("fp32", "tf32"):
             options = alternatives(m, n, k, ta, False, precision, rows=rows)
-            assert 6 <= len(options) == len(set(options)) <= 10
+            parts = sum(t.tf32 == 3 for t, _ in options)   # fp32 on tensor cores: large GEMMs only, 2 splits a tile
+            assert 6 <= len(options) - parts == len(set(options)) - parts <= 10
+            assert parts == (12 if precision == "fp32" and m * n * k >= 1 << 24 else 0)
             for tile, split in options:
                 assert tile in TILES[precision]
                 tuned_tile(tile.name, split, m, n, k, precision, rows=rows)   # raises when unusable
