@@ -148,7 +148,7 @@ def tuned_artifact(task: Task, target: str, precision: str, work_dir: Path):
                               f"{precision}-tuned", tuning=record, **kwargs)
     except gc.GCompileError as e:
         return None, f"{path.name} not used ({e}): default tiles"
-    return artifact, f"tiles tuned ({path.name}: {len(record['kernels'])} GEMMs retiled)"
+    return artifact, f"tiles tuned ({path.name}: {len(record['kernels'])} GEMM kernels retiled)"
 
 
 def trainer_step(fields: dict, run: dict, steps: int) -> list:
