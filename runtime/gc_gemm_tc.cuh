@@ -16,10 +16,13 @@
 // TF32 = 3 (fp32 tiles on tensor cores): the same kernel, each fragment register split as it is used into a
 // high and a low tf32 part (gc_tf32_parts: to 2^-21 of the operand, four instructions) and each product
 // computed as three mma, a_low b_high + a_high b_low + a_high b_high (a_low b_low, under 2^-20 of the product,
-// left out: each product to 2^-19 at worst, the mma's products exact, their sums fp32 — under the fp32 sum's
-// own bound, K x 2^-24, from K = 32 on). A uint8 A (the image input's bytes, integers under 256) is exact as a
-// high part: the bytes go into the products unscaled, two mma a product (to 2^-21), and the sums are scaled
-// at the end (against gc_pixel's values, one more rounding: 2^-24).
+// left out: each product to 2^-19 at worst, the mma's products exact). The mma sum into a K step's own
+// accumulators, from zero, which are added into the fp32 sums at the step's end: the tensor cores add into
+// an accumulator with truncation, and a chain over all of K drifted to 3 to 10 times the error of fp32 FMAs
+// against float64 at the MLP's shapes; a step's chain (4 to 8 mma) added in fp32 stays under it. A uint8 A
+// (the image input's bytes, integers under 256) is exact as a high part: the bytes go into the products
+// unscaled, two mma a product (to 2^-21), and the sums are scaled at the end (against gc_pixel's values, one
+// more rounding: 2^-24).
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 // One operand's K step in shared memory: element (x, k), x < X (BM or BN), k < BK. KMAJOR: the matrix's rows
@@ -255,6 +258,8 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
     const int wm = warp / WN, wn = warp % WN;
     float acc[MI][NI][4] = {};
+    // X3: a K step's tensor-core sums, added into acc at the step's end (gc_pipeline's step_end; above)
+    float part[X3 ? MI : 1][X3 ? NI : 1][4];
     uint32_t af[2][MI][4], bf[2][NI][2];
     // The fragments of k slice [k, k + 8) of the step in buffer `as` (A, then B), tf32-rounded; registers 0 / 2
     // of A and 0 / 1 of B hold k = 2 tig, 2 tig + 1 (gc_tc_layout).
@@ -283,8 +288,9 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
     // L1 while the first steps are on their way (split tiles: not yet).
     gc_pipeline<ST, KS>(g.ktiles, load, [&] {
         if constexpr (S == 1) gc_gemm_prefetch<2, !EM, !EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
-    }, [&](int buf, int ks, int set) { fragments(smem + buf * Smem::STAGE, ks * 8, af[set], bf[set]); }, [&](int set) {
+    }, [&](int buf, int ks, int set) { fragments(smem + buf * Smem::STAGE, ks * 8, af[set], bf[set]); }, [&](int set, int ks) {
         if constexpr (X3) {
+            const bool fresh = ks == 0;   // the step's first slice: its first mma starts from zero
             uint32_t bh[NI][2], bl[NI][2];
 #pragma unroll
             for (int j = 0; j < NI; j++)
@@ -300,9 +306,15 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
                 }
 #pragma unroll
                 for (int j = 0; j < NI; j++) {   // the small terms first
-                    if constexpr (!EXACT) gc_mma_tf32(acc[i][j], al, bh[j]);
-                    gc_mma_tf32(acc[i][j], ah, bl[j]);
-                    gc_mma_tf32(acc[i][j], ah, bh[j]);
+                    if constexpr (!EXACT) {
+                        if (fresh) gc_mma_tf32_fresh(part[i][j], al, bh[j]);
+                        else gc_mma_tf32(part[i][j], al, bh[j]);
+                        gc_mma_tf32(part[i][j], ah, bl[j]);
+                    } else {
+                        if (fresh) gc_mma_tf32_fresh(part[i][j], ah, bl[j]);
+                        else gc_mma_tf32(part[i][j], ah, bl[j]);
+                    }
+                    gc_mma_tf32(part[i][j], ah, bh[j]);
                 }
             }
         } else {
@@ -310,6 +322,15 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
             for (int i = 0; i < MI; i++)
 #pragma unroll
                 for (int j = 0; j < NI; j++) gc_mma_tf32(acc[i][j], af[set][i], bf[set][j]);
+        }
+    }, [&] {
+        if constexpr (X3) {
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < NI; j++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) acc[i][j][r] += part[i][j][r];
         }
     });
     if constexpr (EXACT) {   // the bytes' sums, scaled as gc_pixel scales a byte
