@@ -251,7 +251,7 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
         """tiles with the site's GEMM (and its evaluation twins) on this tile."""
         return {**tiles, **{s["kernel"]: (tile.name, split) for s in [site, *twins[site["kernel"]]]}}
 
-    def trial(tiles: dict, what: str, label: str, entry: dict) -> bool:
+    def trial(tiles: dict, what: str, label: str, entry: dict) -> None:
         """Time the build with these tiles against the best so far; keep it if faster by the margin."""
         nonlocal best_tiles, best, best_us
         model = model_for(tiles)
@@ -266,7 +266,6 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
         log(f"  {label:<57}: {us:7.2f} us (best {best_us:7.2f})" + ("  kept" if kept else ""))
         if kept:
             best_tiles, best, best_us = tiles, model, us
-        return kept
 
     # The GEMMs that read the image input in place read it in one format: floats wherever one of them has
     # a float-rows-only tile (GC_X_FLOAT), else its bytes, which fp32's tf32-parts tiles take exactly (two

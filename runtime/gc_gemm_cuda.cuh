@@ -101,21 +101,18 @@ __device__ __forceinline__ void gc_tf32_parts(uint32_t x, uint32_t& high, uint32
     high = x & 0xffffe000u;
     low = (__float_as_uint(__uint_as_float(x) - __uint_as_float(high)) + 0x1000u) & 0xffffe000u;
 }
-// d = a b (the accumulator's input zero: no wait on what d held).
-__device__ __forceinline__ void gc_mma_tf32_fresh(float* d, const uint32_t* a, const uint32_t* b) {
+// d += a b, one 16x8x8 tensor-core step; fresh: d = a b (the accumulator's input zero, so no wait on what d
+// held).
+__device__ __forceinline__ void gc_mma_tf32(float* d, const uint32_t* a, const uint32_t* b, bool fresh = false) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
-#else
-    __trap();   // tf32 tiles need sm_80 or newer
-#endif
-}
-__device__ __forceinline__ void gc_mma_tf32(float* d, const uint32_t* a, const uint32_t* b) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    if (fresh)
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
+    else
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
     __trap();   // tf32 tiles need sm_80 or newer
 #endif
@@ -698,8 +695,8 @@ __device__ __forceinline__ void gc_cp_wait() {
 // buffer buf into register set `set` (0 or 1), compute(set) computes one from it; a slice's fragments are
 // read while the previous slice is computed. At the last slice of step kt, once step kt + 1 has arrived
 // (all but the newest ST - 2 groups) and every thread has read its last fragments of step kt (the
-// barrier), step kt + ST goes into kt's buffer and step kt + 1's first fragments are read. step_end()
-// runs after each step's last slice is computed.
+// barrier), step kt + ST goes into kt's buffer and step kt + 1's first fragments are read. compute gets
+// the slice's index in its step too; step_end() runs after each step's last slice is computed.
 template <int ST, int SLICES, class Load, class Meanwhile, class Fragments, class Compute, class StepEnd>
 __device__ __forceinline__ void gc_pipeline(int ktiles, Load&& load, Meanwhile&& meanwhile, Fragments&& fragments,
                                             Compute&& compute, StepEnd&& step_end) {
@@ -725,17 +722,11 @@ __device__ __forceinline__ void gc_pipeline(int ktiles, Load&& load, Meanwhile&&
                 gc_cp_commit();
                 fragments(next, 0, (k + 1) % 2);   // past the end: unused
             }
-            if constexpr (std::is_invocable_v<Compute, int, int>) compute(k % 2, k);   // (set, slice)
-            else compute(k % 2);
+            compute(k % 2, k);
         }
         step_end();
         cur = next;
     }
-}
-template <int ST, int SLICES, class Load, class Meanwhile, class Fragments, class Compute>
-__device__ __forceinline__ void gc_pipeline(int ktiles, Load&& load, Meanwhile&& meanwhile, Fragments&& fragments,
-                                            Compute&& compute) {
-    gc_pipeline<ST, SLICES>(ktiles, load, meanwhile, fragments, compute, [] {});
 }
 
 // The K steps of an operand, copied to shared memory k-major: s[k * LD + x] for k < BK, x < X (BM or BN),
@@ -949,12 +940,12 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
     gc_pipeline<ST, BK / KW>(g.ktiles, load, [&] {
         if (group == 0)
             packs.template load<4, !Block::EM, !Block::EN, S>(p.ep, g.b, g.m0, g.n0, g.M, g.N, &acc[0][0], for_runs);
-    }, [&](int buf, int k, int set) { fragments(smem + buf * STAGE, k * KW + group, a[set], bv[set]); }, [&](int set) {
+    }, [&](int buf, int k, int set) { fragments(smem + buf * STAGE, k * KW + group, a[set], bv[set]); }, [&](int set, int) {
 #pragma unroll
         for (int i = 0; i < TM; i++)
 #pragma unroll
             for (int j = 0; j < TN; j++) acc[i][j] += a[set][i] * bv[set][j];
-    });
+    }, [] {});
     if constexpr (KW > 1) {   // group 0 adds the other groups' sums to its own, in group order
         __syncthreads();      // every warp is past its last reads of the buffers
         if (group > 0)

@@ -306,14 +306,8 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
                 }
 #pragma unroll
                 for (int j = 0; j < NI; j++) {   // the small terms first
-                    if constexpr (!EXACT) {
-                        if (fresh) gc_mma_tf32_fresh(part[i][j], al, bh[j]);
-                        else gc_mma_tf32(part[i][j], al, bh[j]);
-                        gc_mma_tf32(part[i][j], ah, bl[j]);
-                    } else {
-                        if (fresh) gc_mma_tf32_fresh(part[i][j], ah, bl[j]);
-                        else gc_mma_tf32(part[i][j], ah, bl[j]);
-                    }
+                    if constexpr (!EXACT) gc_mma_tf32(part[i][j], al, bh[j], fresh);
+                    gc_mma_tf32(part[i][j], ah, bl[j], fresh && EXACT);
                     gc_mma_tf32(part[i][j], ah, bh[j]);
                 }
             }
