@@ -81,7 +81,7 @@ def bench_cases(quick: bool = False, sweep: bool = False, tiles: list[str] | Non
             if sweep:   # every other candidate tile, for calibration, as the step runs it (with its epilogue)
                 for _, t, split in candidates(m, n, k, precision):
                     text = t.c_type(split, m, n, k)
-                    if text != tile and (not tiles or t.name in tiles):
+                    if text != tile and (not tiles or t.name in tiles) and t.fits(bool(ta), bool(tb)):
                         out.append(dict(name=name, m=m, n=n, k=k, ta=ta, tb=tb, precision=precision,
                                         epilogue=ep, tile=text, chosen=False))
     return out

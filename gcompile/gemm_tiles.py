@@ -56,7 +56,8 @@ class Tile:
     tm: int
     tn: int
     tf32: int = 0     # 1: mma.sync tensor cores (a warp's TM x TN); 2: wgmma (sm_90a, a warpgroup's 64 x TN);
-    #                   3: mma.sync on tf32 parts, to fp32 accuracy (an fp32 tile: X3 of gc_gemm_tc_kernel)
+    #                   3: mma.sync on tf32 parts, to fp32 accuracy (an fp32 tile: X3 of gc_gemm_tc_kernel);
+    #                   4: wgmma on tf32 parts (an fp32 tile, A transposed and B not only: gc_gemm_wg_kernel)
     stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
     kw: int = 1       # fp32 pipelined tiles: groups of threads sharing out each K step's k (KW of gc_tile)
 
@@ -66,18 +67,29 @@ class Tile:
 
     @property
     def wgmma(self) -> bool:
-        return self.tf32 == 2
+        return self.tf32 in (2, 4)
+
+    @property
+    def parts(self) -> bool:
+        """fp32 on tensor cores: each operand as tf32 parts (TF32 = 3, mma.sync; 4, wgmma)."""
+        return self.tf32 in (3, 4)
+
+    def fits(self, trans_a: bool, trans_b: bool) -> bool:
+        """Whether this tile computes a GEMM of these transposes: all of them, but the wgmma tf32-parts tiles
+        only A^T B (a weight gradient: B's steps pass through registers, where its parts are made)."""
+        return self.tf32 != 4 or (trans_a and not trans_b)
 
     @property
     def float_rows_only(self) -> bool:
         """Whether the kernel copies the image rows it reads in place straight into shared memory (cp.async),
-        so float rows only: the fp32 pipelined and the wgmma kernels. The mma.sync pipeline (tf32 and tf32
-        parts) and the register-staged kernel convert uint8 rows as they read them."""
-        return self.stages > 0 and self.tf32 not in (1, 3)
+        so float rows only: the fp32 pipelined and the tf32 wgmma kernels. The mma.sync pipeline (tf32 and tf32
+        parts), the wgmma tf32-parts tiles (A transposed: its rows copied as bytes, converted as its fragments are
+        read) and the register-staged kernel take uint8 rows too."""
+        return self.stages > 0 and self.tf32 not in (1, 3, 4)
 
     @property
     def name(self) -> str:
-        kind = {0: "fp32", 1: "tf32", 2: "wgmma", 3: "3xtf32"}[self.tf32]
+        kind = {0: "fp32", 1: "tf32", 2: "wgmma", 3: "3xtf32", 4: "3xwgmma"}[self.tf32]
         return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{kind}"
                 + (f"/cp{self.stages}" if self.stages else "") + (f"/kw{self.kw}" if self.kw > 1 else ""))
 
@@ -86,7 +98,7 @@ class Tile:
             layout = lambda x: x // 8 * (32 * self.bk + 16)  # noqa: E731 - stored rows of x + 8 (gc_wg_rows)
             rows = lambda x: self.bk * (x + 8) * 4  # noqa: E731 - (the larger of the transposes' kinds)
             pipeline = self.stages * max(layout(self.bm) + layout(self.bn), layout(self.bm) + rows(self.bn),
-                                         rows(self.bm) + layout(self.bn))
+                                         rows(self.bm) + layout(self.bn) * (2 if self.tf32 == 4 else 1))
         elif self.tf32 and self.stages:   # gc_gemm_tc_kernel: k-major rows of X + 4 or x-major of BK + 8 words
             side = lambda x: max(self.bk * (x + 4), x * (self.bk + 8))  # noqa: E731 - the larger of the two
             pipeline = self.stages * (side(self.bm) + side(self.bn)) * 4
@@ -150,7 +162,11 @@ TILES = {
              # parts (TC_PARTS); not in the calibration: tuning tries them on the large GEMMs
              Tile(64, 64, 32, 32, 32, 3, stages=4), Tile(64, 32, 32, 32, 16, 3, stages=4),
              Tile(32, 32, 32, 16, 16, 3, stages=4), Tile(64, 64, 64, 32, 32, 3, stages=3),
-             Tile(64, 32, 64, 32, 16, 3, stages=3), Tile(64, 128, 32, 32, 32, 3, stages=3)],
+             Tile(64, 32, 64, 32, 16, 3, stages=3), Tile(64, 128, 32, 32, 32, 3, stages=3),
+             # the same on wgmma (TF32 = 4, A^T B only: the weight gradients), B's parts made as its steps are
+             # stored in shared memory, not by each warp at each fragment (64 x 128 took 255 registers and
+             # spilled)
+             Tile(64, 64, 32, 64, 64, 4, stages=4)],
     "tf32": [Tile(128, 128, 16, 64, 32, 1), Tile(64, 64, 16, 32, 32, 1), Tile(64, 64, 32, 32, 32, 1),
              Tile(64, 32, 16, 32, 16, 1), Tile(64, 32, 32, 32, 16, 1), Tile(32, 64, 16, 16, 32, 1),
              Tile(32, 64, 32, 16, 32, 1), Tile(32, 32, 16, 16, 16, 1), Tile(32, 32, 32, 16, 16, 1),
@@ -279,7 +295,7 @@ def rows_fit(tile: Tile, split: int, rows: bool) -> bool:
 
 
 def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, batch: int = 1,
-               dtype: str = "float32", rows: bool = False) -> str:
+               dtype: str = "float32", rows: bool = False, trans_a: bool = False, trans_b: bool = False) -> str:
     """C text of a tile a tuning record chose (gcompile/tune.py), checked as choose_tile's own choices are:
     a catalogue tile of the GEMM's precision, a split it supports, usable where A is read in place."""
     check_precision(precision)
@@ -288,6 +304,9 @@ def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, ba
         raise GCompileError(f"tuned tile {name}: only float32 GEMMs are tuned, this one is {dtype}")
     if tile not in TILES[precision]:
         raise GCompileError(f"tuned tile {name} is not a {precision} catalogue tile")
+    if not tile.fits(trans_a, trans_b):
+        raise GCompileError(f"tuned tile {name} computes A^T B only (a weight gradient), and this GEMM is "
+                            f"{'A^T' if trans_a else 'A'} {'B^T' if trans_b else 'B'}")
     if split not in tile.splits() or not split_fits(tile, split, k, batch):
         raise GCompileError(f"tuned tile {name}: split {split} does not fit it at K={k} (its splits: "
                             f"{tile.splits()})")
@@ -309,7 +328,7 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
     measured = calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
     out = [measured] if measured is not None and rows_fit(*measured, rows) else []
     usable = [(c, t, s) for c, t, s in candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1))
-              if rows_fit(t, s, rows)]
+              if rows_fit(t, s, rows) and t.fits(trans_a, trans_b)]
     for _, tile, split in usable:
         if len(out) >= count + (measured is not None):
             break
@@ -325,7 +344,7 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
     # multiply-adds or more, each such tile at the two splits whose grids come nearest to a block an SM
     if precision == "fp32" and m * n * k * max(batch, 1) >= TC_PARTS_MIN:
         for tile in TILES["fp32"]:
-            if tile.tf32 != 3:
+            if not tile.parts or not tile.fits(trans_a, trans_b):
                 continue
             fits = sorted((s for s in tile.splits() if split_fits(tile, s, k, batch)),
                           key=lambda s: abs(math.log(blocks(tile, s) / SMS)))

@@ -19,6 +19,8 @@
 //             128, one side or the other: gc_gemm_wg_kernel in gc_gemm_wgmma.cuh, pipelined, STAGES >= 3);
 //             TF32 = 3: as 1, to fp32 accuracy: each fp32 operand split into two tf32 parts, three mma a
 //             product (two where A is the uint8 image input: its bytes are exact; gc_gemm_tc_kernel only).
+//             TF32 = 4: as 2 (wgmma), to fp32 accuracy as 3: B's parts stored side by side in shared memory,
+//             A's split in registers (gc_gemm_wg_kernel; weight gradients, A transposed and B not, only).
 //   SPLIT     > 1: K is split over a cluster of SPLIT blocks (sm_90) whose partial tiles are summed in
 //             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
 //   SM SN SK  the static shape the GEMM was specialized for (0: any). Bounds checks on a dimension that the
@@ -34,7 +36,7 @@ template <int BM_, int BN_, int BK_, int TM_, int TN_, int TF32_, int SPLIT_ = 1
 struct gc_tile {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, TF32 = TF32_, SPLIT = SPLIT_;
     static constexpr int SM = SM_, SN = SN_, SK = SK_, STAGES = STAGES_, KW = KW_;
-    static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 == 2 ? 128 : TF32 ? 32 : 1) * KW;
+    static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 == 2 || TF32 == 4 ? 128 : TF32 ? 32 : 1) * KW;
 };
 
 // The epilogue that stores the sum unchanged.

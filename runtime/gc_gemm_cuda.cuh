@@ -1037,13 +1037,13 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     // The fp32 pipelined and the wgmma kernels copy A's rows (cp.async) without converting them: float rows
     // only where they read the image input in place (gemm_tiles.Tile.float_rows_only; the mma.sync pipeline
     // converts uint8 rows as it stages them).
-    if constexpr (Tile::STAGES > 0 && Tile::TF32 != 1 && Tile::TF32 != 3) {
+    if constexpr (Tile::STAGES > 0 && Tile::TF32 != 1 && Tile::TF32 != 3 && !(Tile::TF32 == 4 && TA)) {
         if (RA && rows.u8)
             return gc_fail(GC_ERR_ARG, "gc_gemm: a %s tile reads the image input in place from float rows only, "
                            "and these are uint8 (the trainer converts them where such a tile reads them: "
-                           "GC_X_FLOAT)", Tile::TF32 == 2 ? "wgmma" : "pipelined fp32");
+                           "GC_X_FLOAT)", Tile::TF32 == 2 || Tile::TF32 == 4 ? "wgmma" : "pipelined fp32");
     }
-    if constexpr (Tile::TF32 == 2) {
+    if constexpr (Tile::TF32 == 2 || Tile::TF32 == 4) {
         return gc_gemm_wg_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
     } else if constexpr (Tile::TF32 && Tile::STAGES > 0) {
         return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);

@@ -77,6 +77,7 @@ __device__ __forceinline__ uint64_t gc_wgmma_desc(const void* smem, int lbo, int
 template <int N> struct gc_wgmma;
 // Their asm: the accumulators are operands %0 .. %(N/2 - 1) ("+f"), then A (a descriptor, or 4 registers) and
 // B's descriptor. GC_WG_R<n>: the text of the first n operand numbers; GC_WG_D<n>: the first n accumulators.
+// rs0: d = A B, the accumulators' input not read (scale-d 0: a K step's first product into its own sums, TF32 = 4).
 #define GC_WG_R8(a, b, c, d, e, f, g, h) "%" #a ", %" #b ", %" #c ", %" #d ", %" #e ", %" #f ", %" #g ", %" #h
 #define GC_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                     "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -99,6 +100,11 @@ template <int N> struct gc_wgmma;
         __device__ static __forceinline__ void rs(float* d, const uint32_t* a, uint64_t b) {                    \
             GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" REGS "}, {%" #A0 ", %" #A1 ", %" \
                       #A2 ", %" #A3 "}, %" #A4 ", 1, 1, 1;" : DS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),     \
+                      "l"(b));                                                                                  \
+        }                                                                                                       \
+        __device__ static __forceinline__ void rs0(float* d, const uint32_t* a, uint64_t b) {   /* d = a b */    \
+            GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" REGS "}, {%" #A0 ", %" #A1 ", %" \
+                      #A2 ", %" #A3 "}, %" #A4 ", 0, 1, 1;" : DS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),     \
                       "l"(b));                                                                                  \
         }                                                                                                       \
     };
@@ -185,36 +191,40 @@ struct gc_wg_async {
 };
 
 // The operand wgmma takes from registers, stored with its rows along k (x contiguous): its K step copied by
-// cp.async as it lies, BK rows of X floats padded to LD = X + 8 (so that a fragment read, 8 x by 4 k, hits 32
-// distinct banks), in 16-byte chunks along x where vec allows (a warp's 32 chunks one or more whole rows: a
-// thread's chunks are one x, rows KS apart), else element by element. fragment() reads a 64-row block's k8
-// slice in wgmma's (and mma.m16n8k8's) order for warp w of the warpgroup: a[0..3] = (16 w + g, t),
-// (16 w + g + 8, t), (16 w + g, t + 4), (16 w + g + 8, t + 4), lane = 4 g + t.
-template <int BK, int X>
+// cp.async as it lies, BK rows of X elements padded to LD = X + 8 floats (so that a fragment read, 8 x by 4 k,
+// hits 32 distinct banks) or X + 16 bytes (E = uint8_t, the image input's bytes, TF32 = 4 tiles: rows 2 tig
+// apart 20 words, a row's 8 x 2 words: 8 distinct words on 8 banks, a word's bytes broadcast), in 16-byte chunks
+// along x where vec allows (a warp's 32 chunks one or more whole rows: a thread's chunks are one x, rows KS
+// apart), else element by element. fragment() reads a 64-row block's k8 slice in wgmma's (and mma.m16n8k8's)
+// order for warp w of the warpgroup: a[0..3] = (16 w + g, t), (16 w + g + 8, t), (16 w + g, t + 4),
+// (16 w + g + 8, t + 4), lane = 4 g + t; bytes as their values (2^23 + u8 less 2^23, exact in tf32: unscaled).
+template <int BK, int X, typename E = float>
 struct gc_wg_rows_step {   // a K step of the register operand in shared memory (also gc_wg_roles's)
-    static constexpr int LD = X + 8, BYTES = BK * LD * 4;
+    static constexpr int LD = X + (sizeof(E) == 4 ? 8 : 16), BYTES = (BK * LD * (int)sizeof(E) + 15) / 16 * 16;
 };
 
-template <int BK, int X, int THREADS, bool CX, bool CK, bool INDEXED>
+template <int BK, int X, int THREADS, bool CX, bool CK, bool INDEXED, typename E = float>
 struct gc_wg_rows {
-    typedef gc_wg_rows_step<BK, X> Step;
-    static constexpr int LD = Step::LD, BYTES = Step::BYTES, XC = X / 4, KS = THREADS / XC, CHUNKS = BK / KS;
-    static_assert(X % 32 == 0 && THREADS % XC == 0 && BK % KS == 0, "gc_gemm: a wgmma step's copies do not share out");
-    const float* src;   // plain: this thread's first chunk at the next step; INDEXED: the source at its x
+    typedef gc_wg_rows_step<BK, X, E> Step;
+    static constexpr int W = 16 / (int)sizeof(E);   // elements a chunk
+    static constexpr int LD = Step::LD, BYTES = Step::BYTES, XC = X / W, KS = THREADS / XC, CHUNKS = BK / KS;
+    static_assert(X % 32 == 0 && X % W == 0 && THREADS % XC == 0 && KS <= BK && BK % KS == 0,
+                  "gc_gemm: a wgmma step's copies do not share out");
+    const E* src;   // plain: this thread's first chunk at the next step; INDEXED: the source at its x
     const uint32_t* idx;
     long long ld;
-    int x_left, xt, kt, to, from;   // from: this thread's first fragment element (floats into the step)
+    int x_left, xt, kt, to, from;   // from: this thread's first fragment element (elements into the step)
     bool in_x, vec;
 
     // base: element (k_begin, x0) of a plain matrix (its stored rows are k), or (0, x0) of the indexed source
     // (idx from the block's first k on).
-    __device__ __forceinline__ gc_wg_rows(const float* base, const uint32_t* idx_, long long ld_, int x_left_,
+    __device__ __forceinline__ gc_wg_rows(const E* base, const uint32_t* idx_, long long ld_, int x_left_,
                                           bool vec_)
         : idx(idx_), ld(ld_), x_left(x_left_), vec(vec_) {
-        xt = threadIdx.x % XC * 4;
+        xt = threadIdx.x % XC * W;
         kt = threadIdx.x / XC;
-        to = (kt * LD + xt) * 4;
-        in_x = !CX || xt < x_left;   // vec: x_left is a multiple of 4, a chunk is wholly inside or outside
+        to = (kt * LD + xt) * (int)sizeof(E);
+        in_x = !CX || xt < x_left;   // vec: x_left is a multiple of W, a chunk is wholly inside or outside
         from = threadIdx.x % 4 * LD + threadIdx.x % 128 / 32 * 16 + threadIdx.x % 32 / 4;
         src = INDEXED ? base + xt : base + kt * ld + xt;
     }
@@ -223,31 +233,36 @@ struct gc_wg_rows {
 #pragma unroll
             for (int i = 0; i < CHUNKS; i++) {
                 const int k = kt + i * KS;
-                gc_cp_async<16>(s + to + i * KS * LD * 4,
+                gc_cp_async<16>(s + to + i * KS * LD * (int)sizeof(E),
                                 INDEXED ? src + (long long)idx[k0 + k] * ld : src + i * KS * ld,
                                 in_x && (!CK || k < k_left));
             }
             if (!INDEXED) src += BK * ld;
         } else {
-            float* d = reinterpret_cast<float*>(s);
-            const float* origin = INDEXED ? src - xt : src - kt * ld - xt + (long long)k0 * ld;   // (k0, 0)
+            E* d = reinterpret_cast<E*>(s);
+            const E* origin = INDEXED ? src - xt : src - kt * ld - xt + (long long)k0 * ld;   // (k0, 0)
 #pragma unroll 1
             for (int e = threadIdx.x; e < X * BK; e += THREADS) {
                 const int k = e / X, x = e % X;
                 const bool ok = (!CX || x < x_left) && (!CK || k < k_left);
-                const float* row = INDEXED ? origin + (long long)idx[k0 + k] * ld : origin + k * ld;
-                gc_cp_async<4>(d + k * LD + x, row + x, ok);
+                const E* row = INDEXED ? origin + (long long)idx[k0 + k] * ld : origin + k * ld;
+                if constexpr (sizeof(E) == 4) gc_cp_async<4>(d + k * LD + x, row + x, ok);
+                else d[k * LD + x] = ok ? row[x] : E(0);   // (no 1-byte cp.async: a load and a store)
             }
         }
     }
     // The fragment of rows x .. x + 63 (x: the block's first row, a compile-time offset from the warpgroup's),
     // k slice [k, k + 8).
     __device__ __forceinline__ void fragment(const char* s, int x, int k, uint32_t* a) const {
-        const float* f = reinterpret_cast<const float*>(s) + from + k * LD + x;
-        a[0] = __float_as_uint(f[0]);
-        a[1] = __float_as_uint(f[8]);
-        a[2] = __float_as_uint(f[4 * LD]);
-        a[3] = __float_as_uint(f[4 * LD + 8]);
+        const E* f = reinterpret_cast<const E*>(s) + from + k * LD + x;
+        a[0] = bits(f[0]);
+        a[1] = bits(f[8]);
+        a[2] = bits(f[4 * LD]);
+        a[3] = bits(f[4 * LD + 8]);
+    }
+    __device__ static __forceinline__ uint32_t bits(float v) { return __float_as_uint(v); }
+    __device__ static __forceinline__ uint32_t bits(uint8_t v) {
+        return __float_as_uint(__uint_as_float(0x4B000000u | v) - 8388608.f);
     }
 };
 
@@ -295,19 +310,32 @@ struct gc_wg_staged {
             }
         }
     }
-    __device__ __forceinline__ void store(char* s, const places& p) const {
+    // PARTS (TF32 = 4): each value's high tf32 part at s, its low part at the same place of `low` (gc_tf32_parts).
+    template <bool PARTS = false>
+    __device__ __forceinline__ void store(char* s, const places& p, char* low = nullptr) const {
 #pragma unroll
         for (int i = 0; i < PER; i++)
 #pragma unroll
-            for (int j = 0; j < 4; j++)   // (x + j, k): x % 8 + j < 8, so j moves 16 bytes within a core matrix
-                *reinterpret_cast<float*>(s + p.to + dx(i) / 8 * L::SBO + dk(i) / 4 * L::LBO + j * 16) = v[i][j];
+            for (int j = 0; j < 4; j++) {   // (x + j, k): x % 8 + j < 8, so j moves 16 bytes within a core matrix
+                const int at = p.to + dx(i) / 8 * L::SBO + dk(i) / 4 * L::LBO + j * 16;
+                if constexpr (PARTS) {
+                    uint32_t h, l;
+                    gc_tf32_parts(__float_as_uint(v[i][j]), h, l);
+                    *reinterpret_cast<uint32_t*>(s + at) = h;
+                    *reinterpret_cast<uint32_t*>(low + at) = l;
+                } else {
+                    *reinterpret_cast<float*>(s + at) = v[i][j];
+                }
+            }
     }
 };
 
 // The roles of a wgmma tile's operands (see the top of this file) and its shared memory: STAGES steps, each the
 // descriptor operands' layouts (Q: A then B; with a register operand R, Q alone) and R's rows; split: then the
-// partial BM x BN tile in the same bytes; RA: after them, the block's row indices (gc_gemm_block::IDX).
-template <bool TA, bool TB, class Tile, bool RA>
+// partial BM x BN tile in the same bytes; RA: after them, the block's row indices (gc_gemm_block::IDX). RA: the
+// image input read in place, 1 float rows, 2 uint8 rows (R, TF32 = 4 only: E). TF32 = 4: after R's rows, Q's
+// low tf32 parts (LOW, laid out as Q: B's, the tile having TA and not TB).
+template <bool TA, bool TB, class Tile, int RA>
 struct gc_wg_roles {
     static constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK;
     static constexpr bool SWAP = !TA && !TB;   // C^T = op(B)^T op(A)^T: wgmma's M along C's n
@@ -316,8 +344,10 @@ struct gc_wg_roles {
     static constexpr int XR = SWAP ? BN : BM, XQ = SWAP ? BM : BN;
     typedef gc_wg_layout<BK, REG ? XQ : BM> L0;   // the first descriptor operand: Q, or A
     typedef gc_wg_layout<BK, BN> L1;              // without R: B
-    static constexpr int PART1 = REG ? gc_wg_rows_step<BK, XR>::BYTES : L1::BYTES;   // R's rows, or B
-    static constexpr int STAGE = L0::BYTES + PART1;   // (a multiple of 16 bytes: the descriptors' unit)
+    typedef typename std::conditional<RA == 2, uint8_t, float>::type E;   // R's elements
+    static constexpr int PART1 = REG ? gc_wg_rows_step<BK, XR, E>::BYTES : L1::BYTES;   // R's rows, or B
+    static constexpr int LOW = Tile::TF32 == 4 ? L0::BYTES : 0;
+    static constexpr int STAGE = L0::BYTES + PART1 + LOW;   // (a multiple of 16 bytes: the descriptors' unit)
     static constexpr size_t pipe = (size_t)Tile::STAGES * STAGE;
     static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)BM * BN * 4 : 0;
     static constexpr size_t data = pipe > red ? pipe : red;
@@ -325,15 +355,25 @@ struct gc_wg_roles {
     static constexpr size_t bytes = data + (size_t)NIDX * 4;
 };
 
-// RA: A is the image input read in place from float rows (gc_rows with an index; its stored rows are the
-// batch's: M, or K with TA).
-template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+// RA: A is the image input read in place (gc_rows with an index; its stored rows are the batch's: M, or K with
+// TA), 1: from float rows, 2: from uint8 rows (TF32 = 4 with TA: its bytes exact in tf32, taken unscaled, the
+// sums scaled at the end).
+// TF32 = 4 (fp32 on wgmma, A transposed and B not: the weight gradients x^T g): B's K steps pass through
+// registers (STAGED) and are stored as two tf32 parts (gc_tf32_parts), the high in Q's layout and the low in
+// LOW's; A's fragments (R, from registers) are split as they are read unless they are bytes (exact); each k8
+// slice is three wgmma, a_low b_high + a_high b_low + a_high b_high (two for bytes), summed from zero for the
+// K step (rs0) into sums of their own that are added into the fp32 sums once the step's wgmma are waited for,
+// as gc_gemm_tc_kernel's TF32 = 3 tiles do (gc_gemm_tc.cuh: the error stays at fp32's).
+template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
 __global__ void __launch_bounds__(Tile::THREADS, 1)
 gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
     typedef gc_wg_roles<TA, TB, Tile, RA> R;
     // a warpgroup's wgmma: MB blocks of 64 rows along C's m (n when swapped), N along the other side
     constexpr int WM = R::SWAP ? Tile::TN : Tile::TM, NW = R::SWAP ? Tile::TM : Tile::TN;
-    static_assert(Tile::TF32 == 2 && sizeof(T) == 4 && Tile::STAGES >= 3, "gc_gemm: wgmma tiles are float, 3+ stages");
+    static_assert((Tile::TF32 == 2 || Tile::TF32 == 4) && sizeof(T) == 4 && Tile::STAGES >= 3,
+                  "gc_gemm: wgmma tiles are float, 3+ stages");
+    static_assert(Tile::TF32 != 4 || (TA && !TB), "gc_gemm: fp32 wgmma tiles (TF32 = 4) are for A transposed, B not");
+    static_assert(RA != 2 || (TA && Tile::TF32 == 4), "gc_gemm: a wgmma tile reads uint8 rows only as TF32 = 4's A");
     static_assert(WM % 64 == 0 && (NW == 64 || NW == 128) && Tile::BM % Tile::TM == 0 && Tile::BN % Tile::TN == 0,
                   "gc_gemm: a wgmma warpgroup's tile is 64-row blocks by 64 or 128 (gc_wgmma's sizes)");
     static_assert(Tile::SPLIT >= 1 && Tile::SPLIT <= 8 && Tile::BM % Tile::SPLIT == 0,
@@ -347,7 +387,10 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
     constexpr bool SWAP = R::SWAP, REG = R::REG, STAGED = R::STAGED;
+    constexpr bool X3 = Tile::TF32 == 4, EXACT = X3 && RA == 2;
     constexpr int MB = WM / 64, NACC = NW / 2;
+    typedef typename R::E E;
+    constexpr int LOW = R::L0::BYTES + R::PART1;   // X3: where a stage's low parts of Q (B) start
     extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
     char* smem = reinterpret_cast<char*>(gc_dynamic_smem);
     typedef gc_gemm_block<T, TA, TB, Tile> Block;
@@ -362,14 +405,14 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
     // A's stored rows are K with TA (m contiguous), else M (k contiguous); B's are N with TB (k contiguous), else
     // K. RA: stored row r of A is source row idx[r - first], first the block's first row (m0, or k_begin with TA).
     const int lda = TA ? g.M : g.K, ldb = TB ? g.K : g.N;
-    const bool va = RA ? lda % 4 == 0 && (uintptr_t)p.rows.source % 16 == 0 : g.va;
+    const bool va = RA ? lda % (16 / (int)sizeof(E)) == 0 && (uintptr_t)p.rows.source % 16 == 0 : g.va;
     // The copy helpers of the operands this role set has (an unused one is a placeholder int).
     const uint32_t* ia = RA ? ridx : nullptr;
-    const T* a0 = RA ? (const T*)p.rows.source + (TA ? g.m0 : g.k_begin) : TA ? A + (long long)g.k_begin * g.M + g.m0
-                                                                              : A + (long long)g.m0 * g.K + g.k_begin;
+    const E* a0 = RA ? (const E*)p.rows.source + (TA ? g.m0 : g.k_begin)
+                     : (const E*)(TA ? A + (long long)g.k_begin * g.M + g.m0 : A + (long long)g.m0 * g.K + g.k_begin);
     const T* b0 = TB ? B + (long long)g.n0 * g.K + g.k_begin : B + (long long)g.k_begin * g.N + g.n0;
     auto async_a = [&] {   // A K-major, wgmma's B (swapped) or A (both from shared memory)
-        if constexpr (!TA) return gc_wg_async<BK, BM, THREADS, !EM, !EK, RA>(a0, ia, lda, g.M - g.m0, va);
+        if constexpr (!TA) return gc_wg_async<BK, BM, THREADS, !EM, !EK, RA != 0>(a0, ia, lda, g.M - g.m0, va);
         else return 0;
     }();
     auto async_b = [&] {   // B K-major, wgmma's B
@@ -377,7 +420,7 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
         else return 0;
     }();
     auto rows = [&] {      // R: A with TA, B swapped
-        if constexpr (TA) return gc_wg_rows<BK, BM, THREADS, !EM, !EK, RA>(a0, ia, lda, g.M - g.m0, va);
+        if constexpr (TA) return gc_wg_rows<BK, BM, THREADS, !EM, !EK, RA != 0, E>(a0, ia, lda, g.M - g.m0, va);
         else if constexpr (SWAP) return gc_wg_rows<BK, BN, THREADS, !EN, !EK, false>(b0, nullptr, ldb, g.N - g.n0, g.vb);
         else return 0;
     }();
@@ -399,7 +442,8 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
         }
     };
     auto put = [&](int set, int buf) {    // ... and from there into buffer buf
-        if constexpr (STAGED) sb[set].store(smem + buf * R::STAGE, pb);
+        if constexpr (X3) sb[set].template store<true>(smem + buf * R::STAGE, pb, smem + buf * R::STAGE + LOW);
+        else if constexpr (STAGED) sb[set].store(smem + buf * R::STAGE, pb);
     };
 
     // Warpgroup (wm, wn) owns the TM x TN tile at (wm TM, wn TN); its descriptors start at its rows of buffer 0,
@@ -419,11 +463,17 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
         db = gc_wgmma_desc(smem + L0::BYTES + wn * TN / 8 * L1::SBO, L1::LBO, L1::SBO);
     }
     const int xr = SWAP ? wn * TN : wm * TM;   // R's first row for this warpgroup
+    const uint64_t dl = db + (LOW >> 4);       // X3: Q's low parts
     float acc[MB][NACC];
+    float part[X3 ? MB : 1][X3 ? NACC : 1];    // X3: a K step's sums (the wgmma's accumulators)
 #pragma unroll
     for (int i = 0; i < MB; i++)
 #pragma unroll
         for (int j = 0; j < NACC; j++) acc[i][j] = 0.f;
+#pragma unroll
+    for (int i = 0; i < (X3 ? MB : 1); i++)
+#pragma unroll
+        for (int j = 0; j < (X3 ? NACC : 1); j++) part[i][j] = 0.f;
     // The accumulators as runs at tile coordinates (row, col): 2 consecutive columns; swapped (C^T's rows are
     // C's columns), single elements.
     constexpr int RUN = SWAP ? 1 : 2;
@@ -467,6 +517,7 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
     if (STAGED && kt_all > 2) fetch(0, 2);
     if constexpr (S == 1) gc_gemm_prefetch<RUN, !EM, !EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
     gc_wgmma_hold<MB * NACC>(&acc[0][0]);
+    if constexpr (X3) gc_wgmma_hold<MB * NACC>(&part[0][0]);
     uint32_t frag[BK / 8][REG ? MB : 1][4];
     int cur = 0;
     auto step = [&](int kt, int set) {   // set: kt % 2, static in the loop below
@@ -483,19 +534,55 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
 #pragma unroll
                 for (int i = 0; i < MB; i++) rows.fragment(buf + L0::BYTES, xr + 64 * i, 8 * k, frag[k][i]);
         }
+        // X3 with float A: its fragments' low parts (the high ones are the fragments: the tensor cores read an
+        // operand's top 19 bits), all written before the first wgmma (ptxas waits for the wgmma in flight where
+        // registers of fragments are written between them, C7513)
+        uint32_t low[X3 && !EXACT ? BK / 8 : 1][X3 && !EXACT ? MB : 1][4];
+        if constexpr (X3 && !EXACT) {
+#pragma unroll
+            for (int k = 0; k < BK / 8; k++)
+#pragma unroll
+                for (int i = 0; i < MB; i++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        uint32_t high;
+                        gc_tf32_parts(frag[k][i][r], high, low[k][i][r]);
+                    }
+        }
         gc_wgmma_fence();
         const uint64_t at = (uint64_t)(cur * R::STAGE >> 4);
 #pragma unroll
         for (int k = 0; k < BK / 8; k++)
 #pragma unroll
             for (int i = 0; i < MB; i++) {
-                if constexpr (REG) gc_wgmma<NW>::rs(acc[i], frag[k][i], db + at + k * 16);
-                else gc_wgmma<NW>::ss(acc[i], da[i] + at + k * 16, db + at + k * 16);
+                if constexpr (X3) {   // the small terms first, the first of the step from zero
+                    const uint64_t bh = db + at + k * 16, bl = dl + at + k * 16;
+                    if constexpr (EXACT) {
+                        if (k == 0) gc_wgmma<NW>::rs0(part[i], frag[k][i], bl);
+                        else gc_wgmma<NW>::rs(part[i], frag[k][i], bl);
+                    } else {
+                        if (k == 0) gc_wgmma<NW>::rs0(part[i], low[k][i], bh);
+                        else gc_wgmma<NW>::rs(part[i], low[k][i], bh);
+                        gc_wgmma<NW>::rs(part[i], frag[k][i], bl);
+                    }
+                    gc_wgmma<NW>::rs(part[i], frag[k][i], bh);
+                } else if constexpr (REG) {
+                    gc_wgmma<NW>::rs(acc[i], frag[k][i], db + at + k * 16);
+                } else {
+                    gc_wgmma<NW>::ss(acc[i], da[i] + at + k * 16, db + at + k * 16);
+                }
             }
         gc_wgmma_commit();
         if (STAGED && kt + 1 < kt_all) put(1 - set, next);
         if (STAGED && kt + 3 < kt_all) fetch(1 - set, kt + 3);
         gc_wgmma_wait<REG ? 0 : 1>();
+        if constexpr (X3) {   // (REG: the step's own wgmma are done) its sums into the fp32 ones
+            gc_wgmma_hold<MB * NACC>(&part[0][0]);
+#pragma unroll
+            for (int i = 0; i < MB; i++)
+#pragma unroll
+                for (int j = 0; j < NACC; j++) acc[i][j] += part[i][j];
+        }
         cur = next;
     };
     for (int kt = 0; kt < kt_all; kt += 2) {   // by twos: which register sets a step uses is static
@@ -504,6 +591,13 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
     }
     gc_wgmma_wait<0>();
     gc_wgmma_hold<MB * NACC>(&acc[0][0]);
+    if constexpr (EXACT) {   // the bytes' sums, scaled as gc_pixel scales a byte
+        const float scale = p.rows.scale;
+#pragma unroll
+        for (int i = 0; i < MB; i++)
+#pragma unroll
+            for (int j = 0; j < NACC; j++) acc[i][j] *= scale;
+    }
     gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M, g.N,
                                                       C, p.vc, for_runs, [] {
         gc_cp_wait<0>();   // (only empty groups are left, but no copy may land after the partial tile)
@@ -514,6 +608,11 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
 
 // The launch (gc_gemm_launch has checked the shape and the rows, made the grid and the cluster attribute): a
 // GPU of compute capability 9.0 only (wgmma is sm_90a's).
+template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
+static int gc_gemm_wg_launch_as(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
+    return gc_gemm_launch_pipelined<gc_gemm_wg_kernel<T, TA, TB, Tile, Ep, RA>, Tile>(
+        grid, cluster, gc_wg_roles<TA, TB, Tile, RA>::bytes, p);
+}
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
     const int cc = gc_compute_capability();
@@ -522,8 +621,11 @@ static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_g
                        "the CUDA runtime cannot tell this GPU's compute capability");
     if (cc != 90)
         return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
-                       "this GPU is of compute capability %d.%d; build with precision fp32 for it", cc / 10, cc % 10);
-    return gc_gemm_launch_pipelined<gc_gemm_wg_kernel<T, TA, TB, Tile, Ep, RA>, Tile>(
-        grid, cluster, gc_wg_roles<TA, TB, Tile, RA>::bytes, p);
+                       "this GPU is of compute capability %d.%d; build %s for it", cc / 10, cc % 10,
+                       Tile::TF32 == 4 ? "without the tuning record that chose the tile" : "with precision fp32");
+    if constexpr (RA && TA && Tile::TF32 == 4) {   // uint8 rows: A's bytes (gc_gemm_launch refused them elsewhere)
+        if (p.rows.u8) return gc_gemm_wg_launch_as<T, TA, TB, Tile, Ep, 2>(grid, cluster, p);
+    }
+    return gc_gemm_wg_launch_as<T, TA, TB, Tile, Ep, RA ? 1 : 0>(grid, cluster, p);
 }
 #endif   // GC_KERNELS

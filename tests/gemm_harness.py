@@ -264,7 +264,7 @@ def tolerance(case: Case) -> float:
     eps = 2.0 ** -53 if case.dtype == "float64" else 2.0 ** -24
     kind = Tile.parse(case.tile)[0] if "gc_tile<" in case.tile else None
     truncated = case.tf32 and kind is not None and kind.stages > 0
-    # fp32 on tensor cores (tf32 parts, TF32 = 3): each product to 2^-19 (gc_gemm_tc.cuh)
-    parts = kind is not None and kind.tf32 == 3
+    # fp32 on tensor cores (tf32 parts, TF32 = 3 and 4): each product to 2^-19 (gc_gemm_tc.cuh)
+    parts = kind is not None and kind.parts
     operand = 2 * 2.0 ** (-10 if truncated else -11) if case.tf32 else 2.0 ** -19 if parts else 0.0
     return 2 * (operand + max(case.k, 1) * eps)

@@ -16,7 +16,7 @@ import pytest
 from gcompile.build import compile_flags
 from gcompile.errors import GCompileError
 from gcompile.gemm_tiles import (LARGE_TILE, TC_LARGE_TILE, TILES, Tile, alternatives, calibration, candidates,
-                                 choose_tile, cost, is_large, tile_by_name)
+                                 choose_tile, cost, is_large, tile_by_name, tuned_tile)
 from gcompile.resources import package_dir
 import gemm_harness as H
 
@@ -239,6 +239,21 @@ def cases() -> list[H.Case]:
                 out.append(C("float32", ta, False, "gc_tile<64, 64, 32, 32, 32, 3, 4, 784, 256, 1000, 4>" if ta
                              else "gc_tile<64, 64, 64, 32, 32, 3, 2, 1000, 256, 784, 3>",
                              *((784, 256, 1000) if ta else (1000, 256, 784)), ep=not ta, rows=rows, index=index))
+    # the same on wgmma (TF32 = 4, A^T B only): odd shapes (element copies), split-K with the epilogue and on
+    # runs, NaN operands, batches with gaps and A unaligned, the MLP's dW1 from uint8 rows (exact bytes, two
+    # wgmma a product) and float rows, by index or not
+    out += [C("float32", True, False, "gc_tile<64, 64, 32, 64, 64, 4, 1, 0, 0, 0, 4>", 37, 53, 29, ep=True),
+            C("float32", True, False, "gc_tile<64, 64, 32, 64, 64, 4, 2, 0, 0, 0, 4>", 100, 136, 300, ep=True),
+            C("float32", True, False, "gc_tile<64, 64, 32, 64, 64, 4, 4, 112, 64, 1000, 4>", 112, 64, 1000,
+              ep=True, runs=True),
+            C("float32", True, False, "gc_tile<64, 64, 32, 64, 64, 4, 2, 0, 0, 0, 4>", 70, 40, 100, nans=True),
+            C("float32", True, False, "gc_tile<64, 64, 32, 64, 64, 4, 1, 0, 0, 0, 4>", 33, 20, 17, batch=3,
+              sa=33 * 17 + 3, sb=20 * 17, sc=33 * 20 + 4, ep=True),
+            C("float32", True, False, "gc_tile<64, 64, 32, 64, 64, 4, 1, 0, 0, 0, 4>", 130, 132, 36, shift=1)]
+    for rows in ("u8", "f32"):
+        for index in (True, False):
+            out.append(C("float32", True, False, "gc_tile<64, 64, 32, 64, 64, 4, 4, 784, 256, 1000, 4>",
+                         784, 256, 1000, rows=rows, index=index))
     for precision in ("fp32", "tf32"):   # the MLP's GEMMs as the trainer runs them: rows by index, float ones
         for m, n, k, ta in ((1000, 256, 784, False), (784, 256, 1000, True), (128, 256, 784, False),
                             (784, 256, 128, True)):   # for a pipelined fp32 or a wgmma tile (GC_X_FLOAT), else uint8
@@ -335,20 +350,27 @@ def test_calibration_is_consistent():
             tile.c_type(split, e["m"], e["n"], e["k"])
     for tiles in TILES.values():
         for tile in tiles:
-            if tile.tf32 == 3:
+            if tile.parts:
                 assert tile.name not in data["model"]["tiles"] and cost(tile, 1, 1000, 1000, 1000) == math.inf
                 continue
             assert len(data["model"]["tiles"][tile.name]) == 2
             assert cost(tile, 1, 1000, 1000, 1000) > 0
     # tuning tries the tf32-parts tiles on the MLP's larger GEMMs (two splits each: x @ W1, dW1 and, at
-    # batch 1000, dW2), not on the small ones, nor under tf32
+    # batch 1000, dW2; the wgmma ones on the weight gradients A^T B only), not on the small ones, nor under tf32
     for m, n, k, ta, tries in ((1000, 256, 784, False, True), (784, 256, 1000, True, True),
                                (128, 256, 784, False, True), (256, 100, 1000, True, True),
                                (256, 100, 128, True, False), (128, 100, 256, False, False)):
-        parts = [(t, s) for t, s in alternatives(m, n, k, ta, False, "fp32", rows=True) if t.tf32 == 3]
-        assert len(parts) == (2 * sum(t.tf32 == 3 for t in TILES["fp32"]) if tries else 0), (m, n, k)
-        assert all(s in t.splits() for t, s in parts)
-    assert not any(t.tf32 == 3 for t, _ in alternatives(1000, 256, 784, False, False, "tf32"))
+        for kind in (3, 4):
+            parts = [(t, s) for t, s in alternatives(m, n, k, ta, False, "fp32", rows=True) if t.tf32 == kind]
+            expect = 2 * sum(t.tf32 == kind for t in TILES["fp32"]) if tries and (kind == 3 or ta) else 0
+            assert len(parts) == expect, (m, n, k, kind)
+            assert all(s in t.splits() for t, s in parts)
+        assert not any(t.tf32 == 4 for t, _ in alternatives(m, n, k, ta, True, "fp32"))
+    assert not any(t.parts for t, _ in alternatives(1000, 256, 784, False, False, "tf32"))
+    # a record's wgmma tf32-parts tile on a GEMM that is not A^T B is refused (the kernel computes that only)
+    assert tuned_tile("64x64x32/64x64/3xwgmma/cp4", 4, 784, 256, 1000, "fp32", rows=True, trans_a=True)
+    with pytest.raises(GCompileError, match="computes A\\^T B only"):
+        tuned_tile("64x64x32/64x64/3xwgmma/cp4", 2, 1000, 256, 784, "fp32", rows=True)
     # a shape the sweep did not measure goes through the model, which ranks the register-staged tiles only
     _, tile, split = candidates(3000, 70, 200, "fp32", pipelined=False)[0]
     assert choose_tile(3000, 70, 200, False, True, "fp32") == tile.c_type(split, 3000, 70, 200)
@@ -416,10 +438,10 @@ def test_every_tile_compiles_with_nvcc(tmp_path):
         for tile in tiles:
             variants = [(ta, tb, 1, "gc_ep_store{}", "a") for ta in (False, True) for tb in (False, True)]
             variants += [(True, False, s, "gc_ep_store{}", "a") for s in tile.splits() if s > 1]
-            variants += [(False, True, 1, "ep_mask{a}", "a")]
+            variants += [(False, True, 1, "ep_mask{a}", "a"), (True, False, 1, "ep_mask{a}", "a")]
             if tile.tf32 and tile.stages and tile != TC_LARGE_TILE:   # the image input read in place, both layouts
                 variants += [(False, False, 2, "ep_mask{a}", "rows"), (True, False, 4, "gc_ep_store{}", "rows")]
-            for ta, tb, split, ep, a in variants:
+            for ta, tb, split, ep, a in (v for v in variants if tile.fits(v[0], v[1])):
                 lines.append(f"    GC_TRY((gc_gemm<float, {str(ta).lower()}, {str(tb).lower()}, "
                              f"{tile.c_type(split, 1000, 999, 777)}>({a}, b, c, 1000, 999, 777, {ep})));")
     lines.append("    return GC_OK;\n}")

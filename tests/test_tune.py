@@ -117,12 +117,14 @@ def test_alternatives_are_usable_tiles_of_the_gemm():
                               (100, 10, 128, True, False)):
         for precision in ("fp32", "tf32"):
             options = alternatives(m, n, k, ta, False, precision, rows=rows)
-            parts = sum(t.tf32 == 3 for t, _ in options)   # fp32 on tensor cores: large GEMMs only, 2 splits a tile
+            # fp32 on tensor cores: large GEMMs only, 2 splits a tile (the wgmma ones: A^T B only)
+            parts = sum(t.parts for t, _ in options)
             assert 6 <= len(options) - parts == len(set(options)) - parts <= 10
-            assert parts == (12 if precision == "fp32" and m * n * k >= 1 << 24 else 0)
+            large = precision == "fp32" and m * n * k >= 1 << 24
+            assert parts == (12 + 2 * ta if large else 0)
             for tile, split in options:
                 assert tile in TILES[precision]
-                tuned_tile(tile.name, split, m, n, k, precision, rows=rows)   # raises when unusable
+                tuned_tile(tile.name, split, m, n, k, precision, rows=rows, trans_a=ta)   # raises when unusable
             # the measured choice comes first
             assert Tile.parse(choose_tile(m, n, k, ta, False, precision, rows=rows))[0] == options[0][0]
     assert alternatives(4096, 4096, 4096, False, False, "fp32") == []   # large problems keep their tile

@@ -412,7 +412,7 @@ class Lowering:
         if key in self.tiles:
             name, split = self.tiles[key]
             try:
-                return tuned_tile(name, split, m, n, k, precision, batch, dtype, rows)
+                return tuned_tile(name, split, m, n, k, precision, batch, dtype, rows, ta, tb)
             except GCompileError as e:
                 raise GCompileError(f"lower: kernel {self.name} ({m}x{n}x{k}): {e}") from None
         return choose_tile(m, n, k, ta, tb, precision, batch, dtype, rows)
