@@ -388,12 +388,13 @@ def test_choose_tile_errors_and_candidates():
 
 
 def test_which_tiles_read_float_rows_only():
-    """Rows read in place: the fp32 pipelined and the wgmma kernels copy them into shared memory as they lie
-    (float only, GC_X_FLOAT); the register-staged kernel and the mma.sync pipeline convert uint8 ones."""
+    """Rows read in place: the fp32 pipelined and the tf32 wgmma kernels copy them into shared memory as they
+    lie (float only, GC_X_FLOAT); the register-staged kernel and the mma.sync pipeline convert uint8 ones, and
+    the wgmma tf32-parts tile copies them as bytes (it reads them only as A^T, its register operand)."""
     only = {t.name: t.float_rows_only for kind in ("fp32", "tf32") for t in TILES[kind]}
     assert only["64x64x16/8x4/fp32/cp4"] and only["64x128x32/64x128/wgmma/cp4"]
     assert not only["64x64x16/8x4/fp32"] and not only["64x64x32/32x32/tf32/cp4"]
-    assert not only["64x64x32/32x32/3xtf32/cp4"]
+    assert not only["64x64x32/32x32/3xtf32/cp4"] and not only["64x64x32/64x64/3xwgmma/cp4"]
     assert not only["32x32x32/16x16/tf32"]
 
 
