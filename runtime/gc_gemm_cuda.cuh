@@ -92,6 +92,10 @@ __device__ __forceinline__ float gc_tf32(float x) {
     return x;
 #endif
 }
+// A byte (bits 0-7 of b, the rest zero) as the float of its value, exactly: the float whose bits are
+// 0x4B000000 | u8 is 2^23 + u8, less 2^23 — an integer and a float add instead of a conversion (I2F, a quarter of
+// the rate). The tensor-core kernels' uint8 operands (gc_gemm_tc.cuh, gc_gemm_wgmma.cuh).
+__device__ __forceinline__ float gc_byte_value(uint32_t b) { return __uint_as_float(0x4B000000u | b) - 8388608.f; }
 // An fp32 operand x as two tf32 parts (TF32 = 3 tiles, gc_gemm_tc.cuh), in four instructions: high = x
 // truncated to tf32 (its top 19 bits: |x - high| < 2^-10 |x|; a NaN stays one) and low = x - high (exact in
 // fp32) rounded to nearest tf32 on its bits (a carry may reach the exponent: still the nearest), so that

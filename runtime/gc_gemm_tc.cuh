@@ -49,12 +49,9 @@ struct gc_tc_layout {
     // fragment read, took four integer instructions an element: over half the loop's instructions at the
     // MLP's batch-1000 x @ W1 (ncu), whose step was 5% slower for it (H200, docs/compiler.md).
     __device__ static __forceinline__ uint32_t tf32(float a) { return __float_as_uint(a); }
-    // A byte (bits 0-7 of b, the rest zero) as gc_pixel converts it, u8 * scale: the float whose bits are
-    // 0x4B000000 | u8 is 2^23 + u8, less 2^23 the byte's value exactly — an integer and a float add instead
-    // of a conversion (I2F, a quarter of the rate; 8 a lane a k slice of the 32-row warp tiles).
-    __device__ static __forceinline__ float byte(uint32_t b, float scale) {
-        return (__uint_as_float(0x4B000000u | b) - 8388608.f) * scale;
-    }
+    // A byte (bits 0-7 of b, the rest zero) as gc_pixel converts it, u8 * scale (gc_byte_value: 8 a lane a k
+    // slice of the 32-row warp tiles).
+    __device__ static __forceinline__ float byte(uint32_t b, float scale) { return gc_byte_value(b) * scale; }
     // Elements (x, k) and (x, k + 1), k even, as tf32 operand registers (bytes: converted as gc_pixel does).
     __device__ static __forceinline__ void pair(const float* s, int x, int k, uint32_t& lo, uint32_t& hi,
                                                 float scale = 1.f) {

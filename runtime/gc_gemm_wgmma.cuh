@@ -261,9 +261,7 @@ struct gc_wg_rows {
         a[3] = bits(f[4 * LD + 8]);
     }
     __device__ static __forceinline__ uint32_t bits(float v) { return __float_as_uint(v); }
-    __device__ static __forceinline__ uint32_t bits(uint8_t v) {
-        return __float_as_uint(__uint_as_float(0x4B000000u | v) - 8388608.f);
-    }
+    __device__ static __forceinline__ uint32_t bits(uint8_t v) { return __float_as_uint(gc_byte_value(v)); }
 };
 
 // A K step of an MN-major operand that wgmma reads from shared memory (B without TB, when A has TA), through

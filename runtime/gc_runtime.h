@@ -251,12 +251,13 @@ static bool gc_pdl_supported() {
 template <auto Kernel>
 static int gc_raise_smem(size_t smem) {
     static bool raised = false;
-    if (!raised && smem > 48 * 1024)
-        GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    if (!raised)
+    if (!raised) {
+        if (smem > 48 * 1024)
+            GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          (int)cudaSharedmemCarveoutMaxShared));
-    raised = true;
+        raised = true;
+    }
     return GC_OK;
 }
 
