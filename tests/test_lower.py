@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gcompile as gc
-from gcompile.passes.lower import BLOCK, VECTOR, lower, prefetch_globals
+from gcompile.passes.lower import BLOCK, ELEMENT_REGISTERS, VECTOR, lower, prefetch_globals
 from gcompile.pipeline import compile_program
 
 from graphs import mlp_program
@@ -170,6 +170,23 @@ def test_row_reductions_cover_every_thread_shape():
     assert {(256, 1, True), (8, 32, True), (8, 32, False), (1, 256, True), (1, 256, False),
             (4, 64, False)} <= shapes
     assert sorted(s["blocks"] for s in segments(row_reductions()[0]) if s["ticket"]) == [2, 12]
+
+
+def test_a_thread_taking_a_short_slice_computes_its_values_before_it_stores_them():
+    """ELEMENT_REGISTERS (cuda): where a thread takes a whole slice of at most that many elements, the element
+    loop's values go into arrays first, every definition before any store, and the stores follow; longer
+    slices and slices shared by threads keep one loop. The numpy comparisons above run both forms."""
+    segs = [s for s in segments(row_reductions()[0]) if s["element_loop"]]
+    short = [s for s in segs if s["sy"] == 1 and s["length"] <= ELEMENT_REGISTERS]
+    other = [s for s in segs if s["sy"] > 1 or s["length"] > ELEMENT_REGISTERS]
+    assert short and other
+    for s in short:
+        stores = [st for st in s["element_loop"] if "] = " in st and not st.startswith("const ")]
+        assert len(s["element_values"]) == len(stores) >= 1
+        assert s["element_defs"] == [st for st in s["element_loop"] if st not in stores]
+        for j, e in enumerate(s["element_values"]):
+            assert e["name"] == f"el{j}" and e["store"].endswith(f"= el{j}[r];")
+    assert all(not s["element_values"] and not s["element_defs"] for s in other)
 
 
 def test_row_reductions_compile_with_nvcc(tmp_path):

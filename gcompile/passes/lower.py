@@ -42,6 +42,10 @@ STAGED_MAX = 128 * 1024           # bytes of Bs a chain may copy into each block
 POST_OUTPUTS = 32
 POST_SMEM = 32768
 VECTOR = 4                       # elements per vector access of a map kernel (16 bytes of float32)
+# A segment whose thread takes a whole slice of at most ELEMENT_REGISTERS elements computes its element loop's
+# values into registers first and stores them after (cuda): loads and arithmetic of the slice's elements then
+# overlap, where stores between them kept the compiler from moving later loads ahead (docs/compiler.md).
+ELEMENT_REGISTERS = 16
 GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
 
 
@@ -643,12 +647,14 @@ class GroupCode:
         """The outer node whose buffer receives member m: its variable for an assign, else its group_output."""
         return self.group.external[m.inputs[0]] if m.op == "assign" else self.group.result_of(m)
 
-    def store(self, m: Node, context: str) -> str:
+    def store(self, m: Node, context: str, value: str | None = None) -> str:
+        """The statement storing member m (its variable, or `value`) at its index in `context`."""
         index, cond = self.index(self.layout.coef[m], context), self.guard(self.layout.coef[m], context)
+        value = value or self.var[m]
         lane = None if cond else self.lane(self.target(m), index, "store")
         if lane:
-            return f"{lane} = {self.var[m]};"
-        text = f"{self.lowering.pointer(self.target(m), const=False)}[{index}] = {self.var[m]};"
+            return f"{lane} = {value};"
+        text = f"{self.lowering.pointer(self.target(m), const=False)}[{index}] = {value};"
         return f"if ({cond}) {text}" if cond else text
 
     def written(self) -> list[Node]:
@@ -695,9 +701,17 @@ class GroupCode:
             body_phases.append({"accs": accs, "loop": loop, "after": values + stmts})
         written = self.written()
         element_loop, element_done = [], set()
-        for m in (w for w in written if ctx[w] == "element"):
+        element_defs, element_values = [], []
+        for j, m in enumerate(w for w in written if ctx[w] == "element"):
+            defined = len(element_loop)
             self.define(m, "element", element_loop, element_done)
+            element_defs += element_loop[defined:]
+            element_values.append({"name": f"el{j}", "ctype": C_TYPES[m.dtype], "value": self.var[m],
+                                   "store": self.store(m, "element", f"el{j}[r]")})
             element_loop.append(self.store(m, "element"))
+        sx, sy = threads(lay)
+        # a thread's whole short slice: its values into registers, then its stores (ELEMENT_REGISTERS)
+        in_registers = sy == 1 and lay.length <= ELEMENT_REGISTERS and bool(element_values)
         slice_stores = [self.store(m, "slice") for m in written if ctx[m] == "slice"]
         global_accs, global_update, global_after, global_done = [], [], [], set()
         for m in (m for m in self.members if ctx[m] == "global"):
@@ -716,7 +730,6 @@ class GroupCode:
         global_reads = sorted({self.group.external[x] for m in self.members if ctx[m] == "global"
                                for x in m.inputs if x not in self.inside
                                and not is_literal(storage_root(self.group.external[x]))}, key=lambda n: n.name)
-        sx, sy = threads(lay)
         per = per or sx
         assert per <= sx, "a block's slices are its threads' columns"
         vector = self.vector_loop()
@@ -746,6 +759,8 @@ class GroupCode:
             "start": vector["tiles"] * vector["tile"] if vector else 0,
             "blocks": blocks, "ticket": ticket, "workspace": workspace,
             "prelude": prelude, "phases": body_phases, "element_loop": element_loop,
+            "element_defs": element_defs if in_registers and not vector else [],
+            "element_values": element_values if in_registers and not vector else [],
             "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,
             "global_after": global_after, "global_stores": global_stores,
             "sync": sy > 1, "tail": split and bool(global_accs or global_after or global_stores),
