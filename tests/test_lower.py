@@ -172,23 +172,6 @@ def test_row_reductions_cover_every_thread_shape():
     assert sorted(s["blocks"] for s in segments(row_reductions()[0]) if s["ticket"]) == [2, 12]
 
 
-def test_a_thread_taking_a_short_slice_computes_its_values_before_it_stores_them():
-    """ELEMENT_REGISTERS (cuda): where a thread takes a whole slice of at most that many elements, the element
-    loop's values go into arrays first, every definition before any store, and the stores follow; longer
-    slices and slices shared by threads keep one loop. The numpy comparisons above run both forms."""
-    segs = [s for s in segments(row_reductions()[0]) if s["element_loop"]]
-    short = [s for s in segs if s["sy"] == 1 and s["length"] <= ELEMENT_REGISTERS]
-    other = [s for s in segs if s["sy"] > 1 or s["length"] > ELEMENT_REGISTERS]
-    assert short and other
-    for s in short:
-        stores = [st for st in s["element_loop"] if "] = " in st and not st.startswith("const ")]
-        assert len(s["element_values"]) == len(stores) >= 1
-        assert s["element_defs"] == [st for st in s["element_loop"] if st not in stores]
-        for j, e in enumerate(s["element_values"]):
-            assert e["name"] == f"el{j}" and e["store"].endswith(f"= el{j}[r];")
-    assert all(not s["element_values"] and not s["element_defs"] for s in other)
-
-
 def test_row_reductions_compile_with_nvcc(tmp_path):
     if not shutil.which("nvcc"):
         pytest.skip("nvcc is not installed")
@@ -221,6 +204,28 @@ def heads():
                       w: (r.standard_normal(w.shape) / np.sqrt(kk)).astype(np.float32),
                       b: r.standard_normal(n).astype(np.float32), labels: r.randint(0, n, m).astype(np.int32)})
     return outputs, feeds
+
+
+def test_a_thread_taking_its_blocks_one_short_slice_computes_its_values_before_it_stores_them():
+    """ELEMENT_REGISTERS (cuda): where a block takes one slice (a chain's rows stage at a row a block) and a
+    thread the whole slice, of at most that many elements, the element loop's values go into arrays first,
+    every definition before any store, and the stores follow; blocks of several slices (the fused kernels,
+    chains of more rows a block) keep one loop. test_heads_match_numpy and the row reductions' comparisons run
+    both forms."""
+    src = compile_program(heads()[0], "cuda")
+    stages = [st for k in lower(src.schedules, src.plan)["eval"] if k.kind == "chain"
+              for st in k.values["stages"] if not st["gemm"] and st["element_loop"]]
+    one = [st for st in stages if st["per"] == 1 and st["sy"] == 1 and st["length"] <= ELEMENT_REGISTERS]
+    several = [st for st in stages if st["per"] > 1]
+    fused = [s for s in segments(row_reductions()[0]) if s["element_loop"]]
+    assert one and several and fused
+    for s in one:
+        stores = [st for st in s["element_loop"] if "] = " in st and not st.startswith("const ")]
+        assert len(s["element_values"]) == len(stores) >= 1
+        assert s["element_defs"] == [st for st in s["element_loop"] if st not in stores]
+        for j, e in enumerate(s["element_values"]):
+            assert e["name"] == f"el{j}" and e["store"].endswith(f"= el{j}[r];")
+    assert all(not s["element_values"] and not s["element_defs"] for s in several + fused)
 
 
 def chain_shapes(kernels) -> list[tuple]:

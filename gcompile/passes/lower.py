@@ -42,9 +42,11 @@ STAGED_MAX = 128 * 1024           # bytes of Bs a chain may copy into each block
 POST_OUTPUTS = 32
 POST_SMEM = 32768
 VECTOR = 4                       # elements per vector access of a map kernel (16 bytes of float32)
-# A segment whose thread takes a whole slice of at most ELEMENT_REGISTERS elements computes its element loop's
-# values into registers first and stores them after (cuda): loads and arithmetic of the slice's elements then
-# overlap, where stores between them kept the compiler from moving later loads ahead (docs/compiler.md).
+# A segment whose block takes one slice a round (a chain's stage at a row a block) and whose thread takes that
+# whole slice, of at most ELEMENT_REGISTERS elements, computes its element loop's values into registers first
+# and stores them after (cuda): loads and divisions of the slice's elements then overlap, where stores between
+# them kept them apart. Measured (docs/compiler.md): MLP b128 16.42 -> 16.21 us, but its b1000 chain (4 rows a
+# block) 39.01 -> 39.31, so one slice a block only.
 ELEMENT_REGISTERS = 16
 GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
 
@@ -710,7 +712,8 @@ class GroupCode:
                                    "store": self.store(m, "element", f"el{j}[r]")})
             element_loop.append(self.store(m, "element"))
         sx, sy = threads(lay)
-        # a thread's whole short slice: its values into registers, then its stores (ELEMENT_REGISTERS)
+        # a thread's whole short slice, the block's only one: its values into registers, then its stores
+        # (ELEMENT_REGISTERS)
         in_registers = sy == 1 and lay.length <= ELEMENT_REGISTERS and bool(element_values)
         slice_stores = [self.store(m, "slice") for m in written if ctx[m] == "slice"]
         global_accs, global_update, global_after, global_done = [], [], [], set()
@@ -759,8 +762,8 @@ class GroupCode:
             "start": vector["tiles"] * vector["tile"] if vector else 0,
             "blocks": blocks, "ticket": ticket, "workspace": workspace,
             "prelude": prelude, "phases": body_phases, "element_loop": element_loop,
-            "element_defs": element_defs if in_registers and not vector else [],
-            "element_values": element_values if in_registers and not vector else [],
+            "element_defs": element_defs if in_registers and per == 1 and not vector else [],
+            "element_values": element_values if in_registers and per == 1 and not vector else [],
             "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,
             "global_after": global_after, "global_stores": global_stores,
             "sync": sy > 1, "tail": split and bool(global_accs or global_after or global_stores),
