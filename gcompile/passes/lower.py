@@ -711,10 +711,6 @@ class GroupCode:
             element_values.append({"name": f"el{j}", "ctype": C_TYPES[m.dtype], "value": self.var[m],
                                    "store": self.store(m, "element", f"el{j}[r]")})
             element_loop.append(self.store(m, "element"))
-        sx, sy = threads(lay)
-        # a thread's whole short slice, the block's only one: its values into registers, then its stores
-        # (ELEMENT_REGISTERS)
-        in_registers = sy == 1 and lay.length <= ELEMENT_REGISTERS and bool(element_values)
         slice_stores = [self.store(m, "slice") for m in written if ctx[m] == "slice"]
         global_accs, global_update, global_after, global_done = [], [], [], set()
         for m in (m for m in self.members if ctx[m] == "global"):
@@ -733,9 +729,13 @@ class GroupCode:
         global_reads = sorted({self.group.external[x] for m in self.members if ctx[m] == "global"
                                for x in m.inputs if x not in self.inside
                                and not is_literal(storage_root(self.group.external[x]))}, key=lambda n: n.name)
+        sx, sy = threads(lay)
         per = per or sx
         assert per <= sx, "a block's slices are its threads' columns"
         vector = self.vector_loop()
+        # the block's one slice, a thread's whole and short: its values into registers, then its stores
+        # (ELEMENT_REGISTERS)
+        in_registers = sy == 1 and per == 1 and lay.length <= ELEMENT_REGISTERS and not vector
         blocks = min(vector["tiles"], 2 ** 31 - 1) if vector else blocks_for(lay.slices, per)
         # A global reduction over several blocks: each stores its partials, the last to arrive (a ticket) sums
         # them in block order (gc_last_block). Ticket and partials (8 bytes a block each) are the kernel's
@@ -762,8 +762,8 @@ class GroupCode:
             "start": vector["tiles"] * vector["tile"] if vector else 0,
             "blocks": blocks, "ticket": ticket, "workspace": workspace,
             "prelude": prelude, "phases": body_phases, "element_loop": element_loop,
-            "element_defs": element_defs if in_registers and per == 1 and not vector else [],
-            "element_values": element_values if in_registers and per == 1 and not vector else [],
+            "element_defs": element_defs if in_registers else [],
+            "element_values": element_values if in_registers else [],
             "slice_stores": slice_stores, "global_accs": global_accs, "global_update": global_update,
             "global_after": global_after, "global_stores": global_stores,
             "sync": sy > 1, "tail": split and bool(global_accs or global_after or global_stores),
