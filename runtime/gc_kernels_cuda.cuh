@@ -313,6 +313,59 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
     }
 }
 
+// ---- a chain's warp stage (lower.py's warp_stages) ----------------------------------------------------------
+// At a row a block, a GEMM of N <= 32 columns, the rows stage reading its C and the GEMM reading that stage's
+// values run in the block's first warp, the row in registers. gc_warp_row_head: row `row` of C = ep(A @ B)
+// (B is K x N): lane l sums k = l, l + 32, ... for every column, the lanes' sums are added by an xor tree (a
+// fixed order; each level adds the same two values in every lane of a pair, so every lane ends with the same
+// bits), the epilogue is applied in every lane and column n is stored by lane n % 32. `hc`: the row, in
+// every lane.
+template <typename T, int N, int K, typename AL, typename Ep>
+__device__ __forceinline__ void gc_warp_row_head(AL a, const T* __restrict__ B, T* C, const Ep& ep, int row,
+                                                 T (&hc)[N]) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int n = 0; n < N; n++) hc[n] = 0;
+#pragma unroll
+    for (int k0 = 0; k0 < K; k0 += 32) {
+        const int k = k0 + lane;
+        if (k < K) {
+            const T x = a(row, k);
+#pragma unroll
+            for (int n = 0; n < N; n++) hc[n] += x * B[(int64_t)k * N + n];
+        }
+    }
+#pragma unroll
+    for (int h = 16; h > 0; h >>= 1)
+#pragma unroll
+        for (int n = 0; n < N; n++) hc[n] += __shfl_xor_sync(0xffffffffu, hc[n], h);
+#pragma unroll
+    for (int n = 0; n < N; n++) hc[n] = ep(0, row, n, hc[n]);   // (every operand load before the first store)
+#pragma unroll
+    for (int n = 0; n < N; n++)
+        if (n % 32 == lane) C[(int64_t)row * N + n] = hc[n];
+}
+
+// Row `row` of C = ep(a @ op(B)) (N columns, K) by a warp from the row's K values a[] held by every lane: lane
+// l computes columns l, l + 32, ..., k in order. B is N x K (TB) or K x N.
+template <typename T, bool TB, int N, int K, typename Ep>
+__device__ __forceinline__ void gc_warp_row_gemm(const T (&a)[K], const T* __restrict__ B, T* C, const Ep& ep,
+                                                 int row) {
+    const int lane = threadIdx.x % 32;
+    T c[(N + 31) / 32];   // the lane's columns, all computed before the first store
+#pragma unroll
+    for (int j = 0; j < (N + 31) / 32; j++) {
+        const int n = min(j * 32 + lane, N - 1);   // (a column past N: computed again, not stored)
+        T acc = 0;
+#pragma unroll
+        for (int k = 0; k < K; k++) acc += a[k] * (TB ? B[(int64_t)n * K + k] : B[(int64_t)k * N + n]);
+        c[j] = ep(0, row, n, acc);
+    }
+#pragma unroll
+    for (int j = 0; j < (N + 31) / 32; j++)
+        if (j * 32 + lane < N) C[(int64_t)row * N + j * 32 + lane] = c[j];
+}
+
 // ---- a chain's Bs staged in shared memory (lower.py's chain_staged) -----------------------------------------
 // The B operands of a chain's GEMM stages (the MLP's W2 and W3) copied once into the block's dynamic shared
 // memory when the block starts, by the TMA unit: thread 0 sets an mbarrier to expect `bytes` (gc_stage_expect:

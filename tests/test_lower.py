@@ -228,6 +228,65 @@ def test_a_thread_taking_its_blocks_one_short_slice_computes_its_values_before_i
     assert all(not s["element_values"] and not s["element_defs"] for s in several + fused)
 
 
+def test_a_chain_at_a_row_a_block_runs_a_small_gemm_its_rows_and_the_gemm_after_in_one_warp(monkeypatch):
+    """warp_stages (cuda, a row a block): a GEMM stage of N <= 32 and K <= WARP_STAGE_MAX_K, the rows stage
+    reading its C and the GEMM stage reading that stage's values become one function run by warp 0 — the
+    rows stage's element code reads C from the registers `hc`, the last GEMM its A from the element array
+    el0 — with no barrier between them. Not past WARP_STAGE_MAX_K (K 200, 784), not at several rows a block
+    (3000 rows), not on the cpu target, not without a rows stage (the MLP's eval chain)."""
+    import gcompile.passes.lower as lowering
+    src = compile_program(heads()[0], "cuda")
+    chains = {k.values["m"]: k for k in src.kernels["eval"] if k.kind == "chain"}
+    warped = {m: [i for i, st in enumerate(k.values["stages"]) if st.get("warp")] for m, k in chains.items()}
+    assert warped == {16: [], 20: [0], 37: [], 128: [0], 3000: []}
+    for m in (20, 128):
+        k = chains[m]
+        a, rows, b = k.values["stages"]
+        assert a["warp"]["last"] == 2 and rows["in_warp"] and b["in_warp"] and b["warp_a"] == "el0"
+        code = " ".join(rows["element_defs"] + [st for p in rows["phases"] for st in p["loop"]])
+        assert "hc[r]" in code and a["c"].replace("float*", "const float*") not in code
+        body = src.source.split(f"{k.name}_kernel(unsigned char* __restrict__ A) {{")[1].split("\n}\n")[0]
+        assert f"if (threadIdx.x < 32) {k.name}_w0(A, blockIdx.x" in body
+        assert "gc_row_gemm<" not in body and "__syncthreads();   // the block's rows" not in body
+        assert f"gc_warp_row_gemm<float, {str(bool(b['trans_b'])).lower()}, {b['n']}, {b['k']}>(el0, " in src.source
+        assert "(stages 1 to 3 by one warp)" in k.comment
+    mlp = compile_program(mlp_program(128), "cuda")
+    chain = mlp.kernels["train"][1]
+    assert [i for i, st in enumerate(chain.values["stages"]) if st.get("warp")] == [1]
+    assert "g2 GEMM 128x10 K 100 (stages 2 to 4 by one warp)" in chain.comment
+    assert not any(st.get("warp") for st in mlp.kernels["eval"][1].values["stages"])
+    cpu = compile_program(mlp_program(128), "cpu")
+    assert not any(st.get("warp") for st in cpu.kernels["train"][1].values["stages"])
+    monkeypatch.setattr(lowering, "WARP_STAGE_MAX_K", 0)
+    assert not any(st.get("warp") for st in compile_program(mlp_program(128), "cuda").kernels["train"][1].values["stages"])
+
+
+def test_warp_stages_compile_with_nvcc(tmp_path):
+    """Both of heads()'s warp stages (N 10, K 3; N 32, K 100, its rows stage 32 long) build for the GPU."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    artifact = gc.compile(heads()[0], target="cuda", out_dir=tmp_path, name="heads")
+    source = open(artifact.source).read()
+    assert source.count("gc_warp_row_head<float, ") == 2 and open(artifact.library, "rb").read(4) == b"\x7fELF"
+
+
+def test_a_warp_stages_rows_read_registers_only_at_the_elements_own_index():
+    """GroupCode.segment(registers=...): reads of the buffer at the element's own index `i` become array[r];
+    a read anywhere else (the labels, read at the row's index i / 10) counts as a miss, so the rows stage
+    does not qualify."""
+    from gcompile.passes.lower import GroupCode, Lowering
+    src = compile_program(mlp_program(128), "cuda")
+    chain = src.kernels["train"][1]
+    logits_at = chain.values["stages"][1]["c_at"]
+    labels_at = next(b.offset for b in src.plan.buffers if b.node.name == "y")
+    group = next(n for n in src.schedules["train"] if n.op == "fused" and n.attrs["group"].kind == "rows")
+    lowering = Lowering(src.plan, "train")
+    for at, hits, misses in ((logits_at, True, False), (labels_at, False, True)):
+        code = GroupCode(lowering, group.attrs["group"])
+        code.segment("probe", per=1, split=True, registers={at: "regs"})
+        assert bool(code.register_reads) == hits and bool(code.register_misses) == misses
+
+
 def chain_shapes(kernels) -> list[tuple]:
     """(M, rows a block, blocks, [(N, K) of each GEMM stage or 'rows']) of each chain kernel."""
     return sorted((k.values["m"], k.values["rows"], k.values["blocks"],
@@ -388,7 +447,9 @@ def test_a_chain_copies_its_stages_bs_into_shared_memory():
         assert not any(lo < b.offset + b.size and b.offset < hi for lo, hi in chain.writes)
     assert chain.values["blocks"] + chain.values["collector"] <= SMS
     body = src.source.split(f"{chain.name}_kernel(unsigned char* __restrict__ A) {{")[1].split("\n}\n")[0]
-    assert body.count("(const float*)(staged + 0)") == 2 and body.count("(const float*)(staged + 102400)") == 2
+    # W2 read by h2 and dh1, W3 by the logits and dh2 (the warp stage's, warp_stages)
+    warp = src.source.split(f"void {chain.name}_w1(")[1].split("\n}\n")[0]
+    assert body.count("(const float*)(staged + 0)") == 2 and warp.count("(const float*)(staged + 102400)") == 2
     assert body.index("gc_stage_expect(&staged_bar, 106400)") < body.index("gc_stage_copy(staged + 102400") < \
         body.index("gc_chain_sum_partials<") < body.index("gc_stage_wait(&staged_bar)") < body.index("gc_row_gemm<")
     assert f"gc_raise_smem<{chain.name}_kernel>(106496)" in src.source

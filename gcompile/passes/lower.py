@@ -48,6 +48,10 @@ VECTOR = 4                       # elements per vector access of a map kernel (1
 # them kept them apart. Measured (docs/compiler.md): MLP b128 16.42 -> 16.21 us, but its b1000 chain (4 rows a
 # block) 39.01 -> 39.31, so one slice a block only.
 ELEMENT_REGISTERS = 16
+# A chain at a row a block runs a GEMM stage of N <= 32 columns and K <= WARP_STAGE_MAX_K, the rows stage that
+# reads its C and a GEMM stage reading that stage's values as its A, as ONE warp's stage (Lowering.warp_stages:
+# the MLP's logits -> softmax cross-entropy -> dh2), its rows in registers.
+WARP_STAGE_MAX_K = 128
 GEMM_COORDINATES = "bmn"                      # an epilogue's coordinates: batch, row, column
 
 
@@ -276,6 +280,9 @@ class Lowering:
             members = node.attrs["group"].members if node.op == "fused" else [node]
             details += [describe(x) for x in members]
             groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
+        if self.target == "cuda" and rows == 1:
+            for i, j in self.warp_stages(stages, values):
+                what[i] += f" (stages {i + 1} to {j + 1} by one warp)"
         text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
         fused = [g for node, g in zip(stages, groups) if node.op == "fused"]
         prefetch_globals([v for v in values if not v["gemm"]], [w for x in writes for w in x])
@@ -293,6 +300,46 @@ class Lowering:
                       writes=sorted(set(w for x in writes for w in x)) + workspaces({"segments": [
                           v for v in values if not v["gemm"]]}),
                       fused=fused[1:])
+
+    def warp_stages(self, stages: list[Node], values: list[dict]) -> list[tuple[int, int]]:
+        """cuda, a chain at a row a block: a GEMM stage of N <= 32 columns (B K x N, K <= WARP_STAGE_MAX_K,
+        an epilogue that stores nothing of its own), the rows stage after it, which reads its C at the
+        elements' own indices only, taken by one thread (a slice of N elements, one a block), and the GEMM
+        stage after that if it reads one of the rows stage's element values as its A (K = N), become one
+        stage run by the block's first warp, without a barrier or a memory round trip between them
+        (gc_warp_row_head, gc_warp_row_gemm): its lanes split the first GEMM's K and add their sums by an xor
+        tree, so every lane holds the row of C; every lane runs the rows stage on that row from registers
+        (the same values, each stored by one lane; the partials by lane 0); lane l computes the last GEMM's
+        columns l, l + 32, ... from those values. The three took about 5,500 cycles between barriers at
+        batch 128, for 2,000 multiply-adds (docs/compiler.md). Marks the first stage's values `warp` {"rows":
+        the rows stage's values, rebuilt to read C from registers, "last": its last stage}, the others
+        `in_warp`, the last GEMM's `warp_a` (the element values it reads). Returns [(first, last)]."""
+        out, i = [], 0
+        while i + 1 < len(values):
+            a, s = values[i], values[i + 1]
+            if not (a["gemm"] and not s["gemm"] and not a["trans_b"] and not a["rows"] and a["batch"] == 1
+                    and a["n"] <= 32 and a["k"] <= WARP_STAGE_MAX_K and a["ctype"] == "float"
+                    and not (a["epilogue"] or {}).get("stores") and s["per"] == 1 and s["sy"] == 1
+                    and s["length"] == a["n"] and not s["vector"] and s["element_loop"]):
+                i += 1
+                continue
+            code = GroupCode(self, stages[i + 1].attrs["group"])
+            rows = code.segment(f"{self.name}_s{i + 1}", per=1, split=True, registers={a["c_at"]: "hc"})
+            if code.register_misses or not code.register_reads or not rows["element_values"]:
+                i += 1
+                continue
+            rows["gemm"], rows["in_warp"] = False, True
+            values[i + 1] = rows
+            a["warp"], last = {"rows": rows, "first": i, "last": i + 1}, i + 1
+            b = values[i + 2] if i + 2 < len(values) else None
+            e = next((e for e in rows["element_values"] if b and b["gemm"] and e["at"] == b["a_at"]), None)
+            if e is not None and e["ctype"] == "float" and b["ctype"] == "float" and not b["rows"] and \
+                    b["batch"] == 1 and b["k"] == rows["length"] and not (b["epilogue"] or {}).get("stores"):
+                b["in_warp"], b["warp_a"], last = True, e["name"], i + 2
+            a["warp"]["last"] = last
+            out.append((i, last))
+            i = last + 1
+        return out
 
     def chain_staged(self, stages: list[Node], values: list[dict], grid: int, writes) -> dict | None:
         """On cuda, the B operands of a chain's GEMM stages copied once into each block's shared memory by the TMA
@@ -511,6 +558,9 @@ class GroupCode:
         self.accumulators = {}        # (combine, input) -> accumulator name: identical reductions share one
         self.vectors = None           # while the vector loop is written: {"load"|"store": {node: array name}}
         self.packed = None            # while an epilogue's runs are written: {(node, index): pack field}
+        self.registers = {}           # a warp stage's rows: {arena offset: array} read at the element's own index
+        self.register_reads = 0       # reads of them there
+        self.register_misses = 0      # and anywhere else (the rows do not qualify)
 
     # --- expressions ----------------------------------------------------------------------------
     def index(self, coef, context: str) -> str:
@@ -550,6 +600,13 @@ class GroupCode:
         node = self.group.external[x]
         if self.packed is not None and not is_literal(storage_root(node)):
             return self.pack_field(node, coef, index)
+        if self.registers and not is_literal(storage_root(node)):
+            array = self.registers.get(self.lowering.plan.offset_of(node, self.lowering.direction))
+            if array is not None:
+                if context == "element" and index == "i":
+                    self.register_reads += 1
+                    return f"{array}[r]"
+                self.register_misses += 1
         return self.lane(node, index, "load") or self.lowering.operand(node, index)
 
     def pack_field(self, node: Node, coef, index: str) -> str:
@@ -664,11 +721,14 @@ class GroupCode:
         return [m for m in self.members if m.op == "assign" or m in self.group.outputs]
 
     # --- kernels --------------------------------------------------------------------------------
-    def segment(self, name: str, per: int | None = None, split: bool = False) -> dict:
+    def segment(self, name: str, per: int | None = None, split: bool = False, registers: dict | None = None) -> dict:
         """A rows group as the body of a kernel: per slice, the reduction phases, then the element loop. `name`
         names its workspace; `per`: the slices a block takes per round (default: its sx, all its threads);
         `split`: a chain's stage, whose global part is a function of its own (the kernel's tail) reading the
-        blocks' partials, even on one block."""
+        blocks' partials, even on one block; `registers`: {arena offset: array}, a buffer whose value at the
+        element's own index the element code reads from array[r] (a warp stage's rows, Lowering.warp_stages;
+        `register_misses` counts its reads elsewhere)."""
+        self.registers = registers or {}
         lay = self.layout
         ctx = lay.context
         slice_done, prelude = set(), []
@@ -709,7 +769,10 @@ class GroupCode:
             self.define(m, "element", element_loop, element_done)
             element_defs += element_loop[defined:]
             element_values.append({"name": f"el{j}", "ctype": C_TYPES[m.dtype], "value": self.var[m],
-                                   "store": self.store(m, "element", f"el{j}[r]")})
+                                   "store": self.store(m, "element", f"el{j}[r]"),
+                                   # where it is stored, when at the element's own index (a warp stage's A)
+                                   "at": self.lowering.plan.offset_of(self.target(m), self.lowering.direction)
+                                   if self.index(self.layout.coef[m], "element") == "i" else None})
             element_loop.append(self.store(m, "element"))
         slice_stores = [self.store(m, "slice") for m in written if ctx[m] == "slice"]
         global_accs, global_update, global_after, global_done = [], [], [], set()
@@ -734,8 +797,8 @@ class GroupCode:
         assert per <= sx, "a block's slices are its threads' columns"
         vector = self.vector_loop()
         # the block's one slice, a thread's whole and short: its values into registers, then its stores
-        # (ELEMENT_REGISTERS)
-        in_registers = sy == 1 and per == 1 and lay.length <= ELEMENT_REGISTERS and not vector
+        # (ELEMENT_REGISTERS; a warp stage's rows stage at any length, Lowering.warp_stages)
+        in_registers = sy == 1 and per == 1 and (lay.length <= ELEMENT_REGISTERS or bool(registers)) and not vector
         blocks = min(vector["tiles"], 2 ** 31 - 1) if vector else blocks_for(lay.slices, per)
         # A global reduction over several blocks: each stores its partials, the last to arrive (a ticket) sums
         # them in block order (gc_last_block). Ticket and partials (8 bytes a block each) are the kernel's
