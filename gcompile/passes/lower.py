@@ -329,14 +329,13 @@ class Lowering:
                 i += 1
                 continue
             rows["gemm"], rows["in_warp"] = False, True
-            values[i + 1] = rows
-            a["warp"], last = {"rows": rows, "first": i, "last": i + 1}, i + 1
+            values[i + 1], last = rows, i + 1
             b = values[i + 2] if i + 2 < len(values) else None
             e = next((e for e in rows["element_values"] if b and b["gemm"] and e["at"] == b["a_at"]), None)
             if e is not None and e["ctype"] == "float" and b["ctype"] == "float" and not b["rows"] and \
                     b["batch"] == 1 and b["k"] == rows["length"] and not (b["epilogue"] or {}).get("stores"):
                 b["in_warp"], b["warp_a"], last = True, e["name"], i + 2
-            a["warp"]["last"] = last
+            a["warp"] = {"rows": rows, "last": last}
             out.append((i, last))
             i = last + 1
         return out
