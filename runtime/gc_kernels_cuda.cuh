@@ -374,8 +374,9 @@ __device__ __forceinline__ void gc_warp_row_gemm(const T (&a)[K], const T* __res
 template <int N, int K>
 struct gc_reg_row_gemm_shape {
     static constexpr int WARPS = GC_BLOCK / 32, KW = (K + WARPS - 1) / WARPS;
+    static constexpr int AROW = (K + 3) / 4 * 4;   // A's row, then the warps' partials (stored as float4: 16-byte aligned)
     static_assert(N % 4 == 0 && N <= 128 && KW <= 32, "gc_reg_row_gemm: N a multiple of 4 up to 128, K up to 8 x 32");
-    static constexpr size_t bytes = (size_t)(K + WARPS * N) * sizeof(float);   // A's row, the warps' partials
+    static constexpr size_t bytes = (size_t)(AROW + WARPS * N) * sizeof(float);
 };
 
 // Row `row` of C = ep(A @ B) from B's copy `B` in shared memory, loading the registers `w` on the way: A's row
@@ -387,7 +388,7 @@ __device__ __forceinline__ void gc_reg_row_gemm(AL a, const float* __restrict__ 
     constexpr int WARPS = gc_reg_row_gemm_shape<N, K>::WARPS, KW = gc_reg_row_gemm_shape<N, K>::KW;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float* const arow = (float*)smem;
-    float* const partial = arow + K;
+    float* const partial = arow + gc_reg_row_gemm_shape<N, K>::AROW;
 #pragma unroll
     for (int kk = 0; kk < KW; kk++) {   // (before A's row is stored: after the store they would wait for its load)
         const int k = warp * KW + kk;
