@@ -306,6 +306,34 @@ def test_a_chain_holds_a_b_read_as_b_and_b_transposed_in_registers():
     assert not any(st.get("regs") is not None for st in heads_chain.values["stages"])
 
 
+@pytest.mark.gpu
+def test_the_held_registers_train_as_the_block_stages_do(tmp_path, monkeypatch):
+    """MLP b128: 5 train steps with W2 held in registers (chain_registers) and with the block stages reading it
+    from shared memory give the same losses and parameters to float rounding (dh1's sums come in another
+    order), and the eval logits alike."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    import gcompile.passes.lower as lowering
+    from gcompile.build import build, compile_flags, header_commands
+    program = mlp_program(128)
+    compiler, flags, _ = compile_flags("cuda", None)
+    real, artifacts = lowering.Lowering.chain_registers, {}
+    for label in ("held", "block"):
+        monkeypatch.setattr(lowering.Lowering, "chain_registers",
+                            real if label == "held" else (lambda self, values: None))
+        source = compile_program(program, "cuda", "mlp", build_command=header_commands("cuda", compiler, flags))
+        assert ("gc_reg_row_gemm_t<" in source.source) == (label == "held")
+        artifacts[label] = build(source, tmp_path / label, None)
+    rng = np.random.RandomState(8)
+    x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)
+    with gc.load(artifacts["held"]) as a, gc.load(artifacts["block"]) as b:
+        losses = np.array([(a.train_step(x, y), b.train_step(x, y)) for _ in range(5)])
+        np.testing.assert_allclose(losses[:, 0], losses[:, 1], rtol=1e-5)
+        for name in a.variables:
+            np.testing.assert_allclose(a.get(name), b.get(name), rtol=1e-4, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(a.forward(x)["logits"], b.forward(x)["logits"], rtol=1e-4, atol=1e-5)
+
+
 def test_a_warp_stages_rows_read_registers_only_at_the_elements_own_index():
     """GroupCode.segment(registers=...): reads of the buffer at the element's own index `i` become array[r];
     a read anywhere else (the labels, read at the row's index i / 10) counts as a miss, so the rows stage
