@@ -366,6 +366,90 @@ __device__ __forceinline__ void gc_warp_row_gemm(const T (&a)[K], const T* __res
         if (j * 32 + lane < N) C[(int64_t)row * N + j * 32 + lane] = c[j];
 }
 
+// ---- a chain's B held in registers (lower.py's chain_registers) ------------------------------------------------
+// At a row a block, a B (K x N) that one GEMM stage reads as B and a later one as B^T (the MLP's W2: h2 = h1 W2,
+// dh1 = dh2 W2^T) is read once from its copy in shared memory into registers and kept there for both: warp w,
+// lane l hold rows w KW .. w KW + KW - 1 (KW = K / 8, rounded up; at most 32) at columns 4 l .. 4 l + 3 (N a
+// multiple of 4, at most 128). Each stage would otherwise read the whole B from shared memory for one row.
+template <int N, int K>
+struct gc_reg_row_gemm_shape {
+    static constexpr int WARPS = GC_BLOCK / 32, KW = (K + WARPS - 1) / WARPS;
+    static constexpr int AROW = (K + 3) / 4 * 4;   // A's row, then the warps' partials (stored as float4: 16-byte aligned)
+    static_assert(N % 4 == 0 && N <= 128 && KW <= 32, "gc_reg_row_gemm: N a multiple of 4 up to 128, K up to 8 x 32");
+    static constexpr size_t bytes = (size_t)(AROW + WARPS * N) * sizeof(float);
+};
+
+// Row `row` of C = ep(A @ B) from B's copy `B` in shared memory, loading the registers `w` on the way: A's row
+// is staged in shared memory (STAGED: it is there already, at the start of `smem`), warp w sums its KW rows (k in order) for the lane's 4 columns, and the warps'
+// sums are added in warp order (the same order as gc_row_gemm's 8 K groups of KW rows).
+template <int N, int K, bool STAGED, typename AL, typename Ep>
+__device__ __forceinline__ void gc_reg_row_gemm(AL a, const float* __restrict__ B, float* C, const Ep& ep, int row,
+                                                void* smem, float4 (&w)[gc_reg_row_gemm_shape<N, K>::KW]) {
+    constexpr int WARPS = gc_reg_row_gemm_shape<N, K>::WARPS, KW = gc_reg_row_gemm_shape<N, K>::KW;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float* const arow = (float*)smem;
+    float* const partial = arow + gc_reg_row_gemm_shape<N, K>::AROW;
+#pragma unroll
+    for (int kk = 0; kk < KW; kk++) {   // (before A's row is stored: after the store they would wait for its load)
+        const int k = warp * KW + kk;
+        w[kk] = lane < N / 4 && k < K ? *(const float4*)(B + (int64_t)k * N + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (!STAGED)   // (else the block's split sums stored it there: gc_chain_sum_partials' rows)
+        for (int t = threadIdx.x; t < K; t += GC_BLOCK) arow[t] = a(row, t);
+    __syncthreads();
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int kk = 0; kk < KW; kk++) {
+        const int k = warp * KW + kk;
+        const float x = k < K ? arow[k] : 0.f;
+        acc.x += x * w[kk].x;
+        acc.y += x * w[kk].y;
+        acc.z += x * w[kk].z;
+        acc.w += x * w[kk].w;
+    }
+    if (lane < N / 4) *(float4*)(partial + warp * N + 4 * lane) = acc;
+    __syncthreads();
+    for (int t = threadIdx.x; t < N; t += GC_BLOCK) {
+        float v = 0;
+        for (int h = 0; h < WARPS; h++) v += partial[h * N + t];
+        C[(int64_t)row * N + t] = ep(0, row, t, v);
+    }
+}
+
+// A warp's reduce-scatter: each lane holds 32 values; lane l ends with p[0] = the sum of every lane's value l
+// (a fixed tree: at each level a lane keeps the half its bit names and adds its partner's of it).
+template <int H>
+__device__ __forceinline__ void gc_scatter_sum(float* p, int lane) {
+    const bool up = lane & H;
+#pragma unroll
+    for (int i = 0; i < H; i++) {
+        const float send = up ? p[i] : p[i + H];
+        const float keep = up ? p[i + H] : p[i];
+        p[i] = keep + __shfl_xor_sync(0xffffffffu, send, H);
+    }
+    if constexpr (H > 1) gc_scatter_sum<H / 2>(p, lane);
+}
+
+// Row `row` of C = ep(A @ B^T) (N = B's K rows, K = B's N columns) from the registers gc_reg_row_gemm loaded:
+// each lane the 4-term dot of its columns of A's row with each of its KW rows of B, then the lanes' terms
+// added by a reduce-scatter, so lane l of warp w ends with column w KW + l.
+template <int N, int K, typename AL, typename Ep>
+__device__ __forceinline__ void gc_reg_row_gemm_t(AL a, float* C, const Ep& ep, int row,
+                                                  const float4 (&w)[gc_reg_row_gemm_shape<K, N>::KW]) {
+    constexpr int KW = gc_reg_row_gemm_shape<K, N>::KW;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float4 d = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (lane < K / 4) d = make_float4(a(row, 4 * lane), a(row, 4 * lane + 1), a(row, 4 * lane + 2), a(row, 4 * lane + 3));
+    float p[32];
+#pragma unroll
+    for (int kk = 0; kk < KW; kk++) p[kk] = d.x * w[kk].x + d.y * w[kk].y + d.z * w[kk].z + d.w * w[kk].w;
+#pragma unroll
+    for (int kk = KW; kk < 32; kk++) p[kk] = 0.f;
+    gc_scatter_sum<16>(p, lane);
+    const int n = warp * KW + lane;
+    if (lane < KW && n < N) C[(int64_t)row * N + n] = ep(0, row, n, p[0]);
+}
+
 // ---- a chain's Bs staged in shared memory (lower.py's chain_staged) -----------------------------------------
 // The B operands of a chain's GEMM stages (the MLP's W2 and W3) copied once into the block's dynamic shared
 // memory when the block starts, by the TMA unit: thread 0 sets an mbarrier to expect `bytes` (gc_stage_expect:
@@ -505,7 +589,8 @@ __device__ void gc_col_gemm(AL a, const T* B, T* C, Ep ep, int block, void* smem
 // this SM's L1 may hold the last step's), stored where the chain's first stage reads them (lower.py's
 // fold_split_sums), then a barrier.
 template <typename T, int S, int M, int N, int R, class Ep>
-__device__ __forceinline__ void gc_chain_sum_partials(const T* __restrict__ part, T* C, const Ep& ep, int row0) {
+__device__ __forceinline__ void gc_chain_sum_partials(const T* __restrict__ part, T* C, const Ep& ep, int row0,
+                                                      T* rows = nullptr) {
     for (int t = threadIdx.x; t < R * N; t += GC_BLOCK) {
         const int r = t / N, n = t % N;
         if (row0 + r >= M) break;
@@ -513,7 +598,9 @@ __device__ __forceinline__ void gc_chain_sum_partials(const T* __restrict__ part
         T s = 0;
 #pragma unroll
         for (int q = 0; q < S; q++) s += __ldcg(part + (int64_t)q * M * N + at);
-        C[at] = ep(0, row0 + r, n, s);
+        const T e = ep(0, row0 + r, n, s);
+        C[at] = e;
+        if (rows) rows[t] = e;   // (the first stage's A rows, staged there: gc_reg_row_gemm's STAGED)
     }
     __syncthreads();
 }

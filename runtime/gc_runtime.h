@@ -327,6 +327,13 @@ GC_SHARED int gc_device_check(void) {
     }
     cudaFuncAttributes attr;
     e = cudaFuncGetAttributes(&attr, gc_probe_kernel);
+    if (e != cudaSuccess && e != cudaErrorNoKernelImageForDevice && e != cudaErrorInvalidDeviceFunction &&
+        e != cudaErrorUnsupportedPtxVersion) {   // not the kernels' architecture: the context itself is unusable
+        cudaGetLastError();
+        return gc_fail(GC_ERR_DEVICE, "the GPU cannot run this program's kernels: %s (after an error such as a "
+                       "misaligned address or an illegal memory access in an earlier kernel, the CUDA context of "
+                       "this process stays unusable: start a new process)", cudaGetErrorString(e));
+    }
     if (e != cudaSuccess) {
         cudaDeviceProp p;
         memset(&p, 0, sizeof p);

@@ -261,13 +261,77 @@ def test_a_chain_at_a_row_a_block_runs_a_small_gemm_its_rows_and_the_gemm_after_
     assert not any(st.get("warp") for st in compile_program(mlp_program(128), "cuda").kernels["train"][1].values["stages"])
 
 
-def test_warp_stages_compile_with_nvcc(tmp_path):
-    """Both of heads()'s warp stages (N 10, K 3; N 32, K 100, its rows stage 32 long) build for the GPU."""
+def test_warp_stages_and_held_bs_compile_with_nvcc(tmp_path):
+    """Both of heads()'s warp stages (N 10, K 3; N 32, K 100, its rows stage 32 long) and the wide chains' Bs
+    held in registers (K 64 and 50) build for the GPU."""
     if not shutil.which("nvcc"):
         pytest.skip("nvcc is not installed")
-    artifact = gc.compile(heads()[0], target="cuda", out_dir=tmp_path, name="heads")
+    artifact = gc.compile(heads()[0], target="cuda", out_dir=tmp_path / "heads", name="heads")
     source = open(artifact.source).read()
     assert source.count("gc_warp_row_head<float, ") == 2 and open(artifact.library, "rb").read(4) == b"\x7fELF"
+    artifact = gc.compile(wide_chains()[0], target="cuda", out_dir=tmp_path / "wide", name="wide")
+    source = open(artifact.source).read()
+    assert "gc_reg_row_gemm_t<64, 100>(" in source and "gc_reg_row_gemm_t<50, 100>(" in source
+
+
+def test_a_chain_holds_a_b_read_as_b_and_b_transposed_in_registers():
+    """chain_registers (cuda, a row a block, Bs staged): the MLP's W2 (h2 = h1 W2, dh1 = dh2 W2^T) is read from
+    its shared-memory copy once, by h2's stage, into registers the block keeps for dh1 (gc_reg_row_gemm,
+    gc_reg_row_gemm_t); the split sums before it store h1's row where that stage reads it (STAGED). Also the
+    64-row wide chain's w1 (K 50: warps of 7 rows, the last 1 short). Not where a B is read only once (the
+    eval chain), not at several rows a block (b1000), not on the cpu target, not where a warp stage takes the
+    B^T stage (heads' 128 rows)."""
+    src = compile_program(mlp_program(128), "cuda")
+    chain = src.kernels["train"][1]
+    stages = chain.values["stages"]
+    assert [(st.get("regs"), st.get("regs_of")) for st in stages] == [(4, None)] + [(None, None)] * 3 + [(None, 0)]
+    assert stages[0]["a_staged"] and chain.values["sum"]["rows"]
+    assert "W2 held in registers by stages 1 and 5" in chain.comment
+    body = src.source.split(f"{chain.name}_kernel(unsigned char* __restrict__ A) {{")[1].split("\n}\n")[0]
+    assert "_ep{A}, blockIdx.x * 1, (float*)work);" in body.split("gc_chain_sum_partials<")[1]
+    assert body.index("gc_stage_wait(") < body.index("gc_reg_row_gemm<100, 256, true>(") < \
+        body.index("_w1(A, blockIdx.x") < body.index("gc_reg_row_gemm_t<256, 100>(")
+    assert "gc_row_gemm<" not in body and "gc_reg_row_gemm_shape<100, 256>::bytes" in body
+    evalchain = src.kernels["eval"][1]
+    assert not any(st.get("regs") is not None for st in evalchain.values["stages"])
+    assert not evalchain.values["sum"]["rows"]
+    for program, target in ((mlp_program(1000), "cuda"), (mlp_program(128), "cpu")):
+        other = compile_program(program, target).kernels["train"][1]
+        assert not any(st.get("regs") is not None or st.get("regs_of") is not None for st in other.values["stages"])
+    wide = {k.values["m"]: k for k in compile_program(wide_chains()[0], "cuda").kernels["eval"] if k.kind == "chain"}
+    held = {m: [(i, st.get("regs"), st.get("regs_of")) for i, st in enumerate(k.values["stages"])
+                if st.get("regs") is not None or st.get("regs_of") is not None] for m, k in wide.items()}
+    assert held == {40: [(0, 4, None), (4, None, 0)], 64: [(0, 4, None), (4, None, 0)], 1000: [], 1001: []}
+    heads_chain = next(k for k in compile_program(heads()[0], "cuda").kernels["eval"] if k.values.get("m") == 128)
+    assert not any(st.get("regs") is not None for st in heads_chain.values["stages"])
+
+
+@pytest.mark.gpu
+def test_the_held_registers_train_as_the_block_stages_do(tmp_path, monkeypatch):
+    """MLP b128: 5 train steps with W2 held in registers (chain_registers) and with the block stages reading it
+    from shared memory give the same losses and parameters to float rounding (dh1's sums come in another
+    order), and the eval logits alike."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    import gcompile.passes.lower as lowering
+    from gcompile.build import build, compile_flags, header_commands
+    program = mlp_program(128)
+    compiler, flags, _ = compile_flags("cuda", None)
+    real, artifacts = lowering.Lowering.chain_registers, {}
+    for label in ("held", "block"):
+        monkeypatch.setattr(lowering.Lowering, "chain_registers",
+                            real if label == "held" else (lambda self, values: None))
+        source = compile_program(program, "cuda", "mlp", build_command=header_commands("cuda", compiler, flags))
+        assert ("gc_reg_row_gemm_t<" in source.source) == (label == "held")
+        artifacts[label] = build(source, tmp_path / label, None)
+    rng = np.random.RandomState(8)
+    x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)
+    with gc.load(artifacts["held"]) as a, gc.load(artifacts["block"]) as b:
+        losses = np.array([(a.train_step(x, y), b.train_step(x, y)) for _ in range(5)])
+        np.testing.assert_allclose(losses[:, 0], losses[:, 1], rtol=1e-5)
+        for name in a.variables:
+            np.testing.assert_allclose(a.get(name), b.get(name), rtol=1e-4, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(a.forward(x)["logits"], b.forward(x)["logits"], rtol=1e-4, atol=1e-5)
 
 
 def test_a_warp_stages_rows_read_registers_only_at_the_elements_own_index():
@@ -447,11 +511,12 @@ def test_a_chain_copies_its_stages_bs_into_shared_memory():
         assert not any(lo < b.offset + b.size and b.offset < hi for lo, hi in chain.writes)
     assert chain.values["blocks"] + chain.values["collector"] <= SMS
     body = src.source.split(f"{chain.name}_kernel(unsigned char* __restrict__ A) {{")[1].split("\n}\n")[0]
-    # W2 read by h2 and dh1, W3 by the logits and dh2 (the warp stage's, warp_stages)
+    # W2 read by h2 (into the registers dh1 reads: chain_registers), W3 by the logits and dh2 (the warp stage's,
+    # warp_stages)
     warp = src.source.split(f"void {chain.name}_w1(")[1].split("\n}\n")[0]
-    assert body.count("(const float*)(staged + 0)") == 2 and warp.count("(const float*)(staged + 102400)") == 2
+    assert body.count("(const float*)(staged + 0)") == 1 and warp.count("(const float*)(staged + 102400)") == 2
     assert body.index("gc_stage_expect(&staged_bar, 106400)") < body.index("gc_stage_copy(staged + 102400") < \
-        body.index("gc_chain_sum_partials<") < body.index("gc_stage_wait(&staged_bar)") < body.index("gc_row_gemm<")
+        body.index("gc_chain_sum_partials<") < body.index("gc_stage_wait(&staged_bar)") < body.index("gc_reg_row_gemm<")
     assert f"gc_raise_smem<{chain.name}_kernel>(106496)" in src.source
     assert "W2, W3 copied into shared memory (106400 bytes)" in src.stages["lower"]
     big = compile_program(mlp_program(1000), "cuda").kernels["train"][1]
@@ -471,6 +536,8 @@ def test_the_chain_reading_its_staged_bs_gives_the_same_bits(tmp_path, monkeypat
     program = mlp_program(128)
     compiler, flags, _ = compile_flags("cuda", None)
     artifacts = {}
+    # (a B held in registers, which needs the copy, sums dh1 in another order: chain_registers is off in both)
+    monkeypatch.setattr(lowering.Lowering, "chain_registers", lambda self, values: None)
     for label in ("staged", "global"):
         if label == "global":
             monkeypatch.setattr(lowering.Lowering, "chain_staged", lambda self, *args: None)
@@ -548,12 +615,13 @@ def test_tf32_programs_chain_their_small_gemms_in_fp32():
 
 def wide_chains():
     """(outputs, feeds): chains of GEMMs of more than 32 columns (gc_row_gemm's other form): relu layers and
-    their row-local backward GEMMs at 40, 1000 and 1001 rows (4 rows a block, the last block's 1 of them; K of
-    50 and 10, not multiples of 4, and N of 50); and two chains that must not form: a GEMM whose B is written
+    their row-local backward GEMMs at 40, 1000, 1001 (4 rows a block, the last block's 1 of them; K of 50 and
+    10, not multiples of 4, and N of 50) and 64 rows (at a row a block, w1 held in registers for dx: K 50, not
+    a multiple of the 8 warps); and two chains that must not form: a GEMM whose B is written
     by the GEMM before it, and an epilogue reading the earlier GEMM's result transposed."""
     r = np.random.RandomState(7)
     outputs, feeds = [], {}
-    for k, (m, d, h) in enumerate([(40, 64, 100), (1000, 48, 256), (1001, 50, 100)]):
+    for k, (m, d, h) in enumerate([(40, 64, 100), (1000, 48, 256), (1001, 50, 100), (64, 50, 100)]):
         x, w1, w2 = gc.placeholder(f"x{k}", (m, d)), gc.placeholder(f"w1{k}", (d, h)), gc.placeholder(f"w2{k}", (h, 10))
         labels = gc.placeholder(f"labels{k}", (m,), dtype="int32")
         loss = gc.softmax_cross_entropy(gc.relu(x @ w1) @ w2, labels)
@@ -572,7 +640,7 @@ def wide_chains():
 def test_wide_chains():
     src = compile_program(wide_chains()[0], "cuda")
     shapes = chain_shapes(src.kernels["eval"])
-    assert [s[:3] for s in shapes] == [(40, 1, 40), (1000, 4, 250), (1001, 4, 251)]
+    assert [s[:3] for s in shapes] == [(40, 1, 40), (64, 1, 64), (1000, 4, 250), (1001, 4, 251)]
     assert [(100, 64), (10, 100), "rows", (100, 10), (64, 100)] in [s[3] for s in shapes]
     assert [(100, 50), (10, 100), "rows", (100, 10), (50, 100)] in [s[3] for s in shapes]
     assert all(48 not in (k.values["m"],) for k in src.kernels["eval"] if k.kind == "chain")

@@ -292,6 +292,10 @@ class Lowering:
         staged = self.chain_staged(stages, values, blocks + collector, [w for x in writes for w in x])
         if staged:
             text += f"; {', '.join(staged['names'])} copied into shared memory ({staged['tx']} bytes)"
+            held = self.chain_registers(values) if rows == 1 else None
+            if held:
+                name = next(part["name"] for part in staged["parts"] if part["ptr"] == values[held[0]]["b"])
+                text += f"; {name} held in registers by stages {held[0] + 1} and {held[1] + 1}"
         return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
                       f"{text}", {"stages": values, "rows": rows, "blocks": blocks, "m": m, "collector": collector,
                                   "rows_input": any(v.get("rows") for v in values), "staged": staged},
@@ -339,6 +343,30 @@ class Lowering:
             out.append((i, last))
             i = last + 1
         return out
+
+    def chain_registers(self, values: list[dict]) -> tuple[int, int] | None:
+        """cuda, a chain at a row a block with its Bs staged: a staged B (K x N, N a multiple of 4 up to 128, K up
+        to 8 x 32) that a GEMM stage reads as B and a later stage as B^T (the MLP's W2: h2 = h1 W2, dh1 = dh2
+        W2^T) is read from shared memory once, by the first, into registers the block keeps for the second
+        (gc_reg_row_gemm, gc_reg_row_gemm_t): warp w, lane l hold B's rows w KW .. (KW = K / 8) at columns
+        4 l .. 4 l + 3. Each of the two stages read the whole B for one row (100 KB in the MLP: about 800 cycles
+        of the SM's shared-memory bandwidth a stage); the second now sums its lanes' dot products with a
+        reduce-scatter. The first sums in gc_row_gemm's order (8 K groups of KW rows); the second in another.
+        Marks the first `regs` (the second's index), the second `regs_of` (the first's); returns the two
+        indices, or None."""
+        for i, p in enumerate(values):
+            if not (p["gemm"] and not p["trans_b"] and p.get("b_staged") is not None and p["ctype"] == "float"
+                    and p["batch"] == 1 and p["n"] % 4 == 0 and p["n"] <= 128 and p["k"] <= (BLOCK // 32) * 32
+                    and not p.get("warp") and not p.get("in_warp")):
+                continue
+            for j in range(i + 1, len(values)):
+                q = values[j]
+                if q["gemm"] and q["trans_b"] and q.get("b_staged") == p["b_staged"] and q["b"] == p["b"] and \
+                        (q["n"], q["k"]) == (p["k"], p["n"]) and not q["rows"] and q["batch"] == 1 and \
+                        not q.get("warp") and not q.get("in_warp"):
+                    p["regs"], q["regs_of"] = j, i
+                    return i, j
+        return None
 
     def chain_staged(self, stages: list[Node], values: list[dict], grid: int, writes) -> dict | None:
         """On cuda, the B operands of a chain's GEMM stages copied once into each block's shared memory by the TMA
@@ -923,8 +951,12 @@ def fold_split_sums(kernels: list, plan) -> None:
                               "split GEMMs' partial tiles, summed by the chain after each (lower.py's fold_split_sums)")
         c_range = next(w for w in g.writes if w[0] <= v["c_at"] < w[1])
         part = (base, base + nbytes)
+        # a first stage holding its B in registers (chain_registers) takes its A row from the sum's threads
+        # in shared memory instead of reading back what they stored
+        staged_a = c.values["rows"] == 1 and first.get("regs") is not None
+        first["a_staged"] = staged_a
         c.values["sum"] = {"split": split, "m": v["m"], "n": v["n"], "c": v["c"], "ctype": v["ctype"],
-                           "part": f"((const float*)(A + {base}))", "epilogue": v["epilogue"]}
+                           "part": f"((const float*)(A + {base}))", "epilogue": v["epilogue"], "rows": staged_a}
         v["partials"], v["c"] = True, f"((float*)(A + {base}))"
         g.writes = sorted([w for w in g.writes if w != c_range] + [part])
         c.reads, c.writes = sorted(set(c.reads) | {part}), sorted(set(c.writes) | {c_range})
