@@ -18,9 +18,9 @@ struct alignas(sizeof(T) * V) gc_vec {
 // after the K loop: the front end into the branch of a where() (the learning rate loaded only once the guard
 // had come, a round trip after it), ptxas behind the last barrier, one run's operands after another's. As
 // volatile asm the front end keeps them unconditional and in order, and ptxas issues every run's loads
-// together (H100, 6 interleaved rounds, the trainer with this GPU's records: MLP b128 15.25 -> 14.23 us a
-// step, b1000 fp32 39.03 -> 38.93, tf32 35.75 -> 35.67). Weak loads (L1 as before); relaxed gpu-scope ones
-// (L2 only) gave b128 14.67 and tf32 b1000 36.13. Other sizes load plainly.
+// together (H100, 8 interleaved rounds, the trainer with this GPU's record: MLP b128 15.14 -> 14.49 us a
+// step; b1000 unchanged, docs/compiler.md). Weak loads (L1 as before); relaxed gpu-scope ones (L2 only) gave
+// b128 14.67 and tf32 b1000 36.13. Other sizes load plainly.
 template <typename T>
 __host__ __device__ __forceinline__ T gc_pack_load(const T* p) {
 #ifdef __CUDA_ARCH__
