@@ -351,6 +351,37 @@ def test_a_warp_stages_rows_read_registers_only_at_the_elements_own_index():
         assert bool(code.register_reads) == hits and bool(code.register_misses) == misses
 
 
+def test_a_warp_stage_loads_what_the_chain_does_not_write_at_its_start():
+    """Lowering.warp_stages: the MLP b128 warp stage loads the label (read by the softmax at its row, the same
+    for every element of the slice, written by no stage of the chain) once, at its start, before the head
+    (GroupCode.early_load), and the head's epilogue (the logits' bias) comes with packs of one column
+    (GroupCode.epilogue_ones: load1 / run1), which gc_warp_row_head loads before its sums. The rows segment
+    without `early`, or with the labels among the kernel's writes, loads nothing early."""
+    from gcompile.passes.lower import GroupCode, Lowering
+    src = compile_program(mlp_program(128), "cuda")
+    chain = src.kernels["train"][1]
+    head, rows = chain.values["stages"][1], chain.values["stages"][2]
+    at = {b.node.name: b.offset for b in src.plan.buffers}
+    label = f"((const int32_t*)(A + {at['y']}))"
+    assert rows["early"] == [f"const int32_t pre0 = gc_pack_load({label} + o);"]
+    code = " ".join(rows["element_defs"] + [st for p in rows["phases"] for st in p["loop"]])
+    assert "pre0 == " in code and label not in code
+    ones = head["epilogue"]["ones"]
+    assert [(f["pointer"], f["index"], f["vector"]) for f in ones["fields"]] == \
+        [(f"((const float*)(A + {at['b3']}))", "(int64_t)n", False)]
+    assert "q.f0" in " ".join(ones["stmts"]) and "static constexpr bool ones = true;" in src.source
+    stage = src.source.split(f"{chain.name}_w1(unsigned char* __restrict__ A")[1].split("\n}\n")[0]
+    assert stage.index("gc_pack_load(" + label) < stage.index("gc_warp_row_head<")
+    assert not any(st.get("epilogue") and st["epilogue"].get("ones") for k in src.kernels["eval"]
+                   if k.kind == "chain" for st in k.values["stages"])
+    group = next(n for n in src.schedules["train"] if n.op == "fused" and n.attrs["group"].kind == "rows")
+    lowering = Lowering(src.plan, "train")
+    for early in (None, [(at["y"], at["y"] + 4)]):
+        segment = GroupCode(lowering, group.attrs["group"]).segment("probe", per=1, split=True,
+                                                                   registers={head["c_at"]: "hc"}, early=early)
+        assert segment["early"] == []
+
+
 def chain_shapes(kernels) -> list[tuple]:
     """(M, rows a block, blocks, [(N, K) of each GEMM stage or 'rows']) of each chain kernel."""
     return sorted((k.values["m"], k.values["rows"], k.values["blocks"],

@@ -281,7 +281,7 @@ class Lowering:
             details += [describe(x) for x in members]
             groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
         if self.target == "cuda" and rows == 1:
-            for i, j in self.warp_stages(stages, values):
+            for i, j in self.warp_stages(stages, values, [w for x in writes for w in x]):
                 what[i] += f" (stages {i + 1} to {j + 1} by one warp)"
         text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
         fused = [g for node, g in zip(stages, groups) if node.op == "fused"]
@@ -305,7 +305,7 @@ class Lowering:
                           v for v in values if not v["gemm"]]}),
                       fused=fused[1:])
 
-    def warp_stages(self, stages: list[Node], values: list[dict]) -> list[tuple[int, int]]:
+    def warp_stages(self, stages: list[Node], values: list[dict], writes) -> list[tuple[int, int]]:
         """cuda, a chain at a row a block: a GEMM stage of N <= 32 columns (B K x N, K <= WARP_STAGE_MAX_K,
         an epilogue that stores nothing of its own), the rows stage after it, which reads its C at the
         elements' own indices only, taken by one thread (a slice of N elements, one a block), and the GEMM
@@ -315,7 +315,10 @@ class Lowering:
         tree, so every lane holds the row of C; every lane runs the rows stage on that row from registers
         (the same values, each stored by one lane; the partials by lane 0); lane l computes the last GEMM's
         columns l, l + 32, ... from those values. The three took about 5,500 cycles between barriers at
-        batch 128, for 2,000 multiply-adds (docs/compiler.md). Marks the first stage's values `warp` {"rows":
+        batch 128, for 2,000 multiply-adds (docs/compiler.md). What the stage reads and the kernel does not
+        write (`writes`: its byte ranges) is loaded at its start: the head's epilogue operands as packs of one
+        column (GroupCode.epilogue_ones), the rows' slice-invariant reads (GroupCode.early_load). Marks the
+        first stage's values `warp` {"rows":
         the rows stage's values, rebuilt to read C from registers, "last": its last stage}, the others
         `in_warp`, the last GEMM's `warp_a` (the element values it reads). Returns [(first, last)]."""
         out, i = [], 0
@@ -328,10 +331,15 @@ class Lowering:
                 i += 1
                 continue
             code = GroupCode(self, stages[i + 1].attrs["group"])
-            rows = code.segment(f"{self.name}_s{i + 1}", per=1, split=True, registers={a["c_at"]: "hc"})
+            rows = code.segment(f"{self.name}_s{i + 1}", per=1, split=True, registers={a["c_at"]: "hc"},
+                                early=writes)
             if code.register_misses or not code.register_reads or not rows["element_values"]:
                 i += 1
                 continue
+            head = GroupCode(self, stages[i].attrs["group"]) if stages[i].op == "fused" else None
+            ones = head.epilogue_ones() if head is not None and a["epilogue"] else None
+            if ones:   # (loaded after the barrier that ends the earlier stages, as the functor's loads were)
+                a["epilogue"] = {**a["epilogue"], "ones": ones}
             rows["gemm"], rows["in_warp"] = False, True
             values[i + 1], last = rows, i + 1
             b = values[i + 2] if i + 2 < len(values) else None
@@ -586,6 +594,7 @@ class GroupCode:
         self.vectors = None           # while the vector loop is written: {"load"|"store": {node: array name}}
         self.packed = None            # while an epilogue's runs are written: {(node, index): pack field}
         self.registers = {}           # a warp stage's rows: {arena offset: array} read at the element's own index
+        self.early = None             # a warp stage's rows: {"writes", "vars", "stmts"}, its early loads (read)
         self.register_reads = 0       # reads of them there
         self.register_misses = 0      # and anywhere else (the rows do not qualify)
 
@@ -634,7 +643,30 @@ class GroupCode:
                     self.register_reads += 1
                     return f"{array}[r]"
                 self.register_misses += 1
+        if self.early is not None and context in ("element", "slice"):
+            name = self.early_load(node, coef)
+            if name is not None:
+                return name
         return self.lane(node, index, "load") or self.lowering.operand(node, index)
+
+    def early_load(self, node: Node, coef) -> str | None:
+        """In a warp stage's rows (self.early): an operand the kernel does not write, read at an index that
+        depends on the slice only (not on the reduced axes), loaded once at the stage's start, before its head
+        GEMM, into a local (gc_pack_load: loads the compilers keep there) — the MLP's label, which the softmax
+        read in its loops after the head's sums, a round trip later. None for any other read."""
+        lay, lowering = self.layout, self.lowering
+        root = storage_root(node)
+        if is_literal(root) or lowering.read_in_place(node) or any(coef[d] for d in lay.axes):
+            return None
+        at = lowering.plan.offset_of(node, lowering.direction)
+        if overlap([(at, at + node.size * np.dtype(node.dtype).itemsize)], self.early["writes"]):
+            return None
+        index = self.index(coef, "slice")
+        key = (id(node), index)
+        if key not in self.early["vars"]:
+            name = self.early["vars"][key] = f"pre{len(self.early['vars'])}"
+            self.early["stmts"].append(f"const {C_TYPES[node.dtype]} {name} = gc_pack_load({lowering.pointer(node)} + {index});")
+        return self.early["vars"][key]
 
     def pack_field(self, node: Node, coef, index: str) -> str:
         """In an epilogue's runs: lane j's value of an operand read at `index` — a field of the run's pack,
@@ -644,8 +676,8 @@ class GroupCode:
         fields = self.packed["fields"]
         cn, others = coef[-1], coef[:-1]
         vector = (cn == 1 and np.dtype(node.dtype).itemsize == 4 and all(c % VECTOR == 0 for c in others)
-                  and self.lowering.vector_aligned(node))
-        if cn != 0 and not vector:
+                  and self.lowering.vector_aligned(node) and not self.packed.get("one"))
+        if cn != 0 and not vector and not self.packed.get("one"):
             self.packed["ok"] = False
             return self.lowering.operand(node, index)
         field = fields.setdefault((node, index), {"name": f"f{len(fields)}", "ctype": C_TYPES[node.dtype],
@@ -748,14 +780,17 @@ class GroupCode:
         return [m for m in self.members if m.op == "assign" or m in self.group.outputs]
 
     # --- kernels --------------------------------------------------------------------------------
-    def segment(self, name: str, per: int | None = None, split: bool = False, registers: dict | None = None) -> dict:
+    def segment(self, name: str, per: int | None = None, split: bool = False, registers: dict | None = None,
+                early: list | None = None) -> dict:
         """A rows group as the body of a kernel: per slice, the reduction phases, then the element loop. `name`
         names its workspace; `per`: the slices a block takes per round (default: its sx, all its threads);
         `split`: a chain's stage, whose global part is a function of its own (the kernel's tail) reading the
         blocks' partials, even on one block; `registers`: {arena offset: array}, a buffer whose value at the
         element's own index the element code reads from array[r] (a warp stage's rows, Lowering.warp_stages;
-        `register_misses` counts its reads elsewhere)."""
+        `register_misses` counts its reads elsewhere); `early`: the byte ranges the kernel writes, for a warp
+        stage's rows whose slice-invariant reads of what it does not write load at its start (early_load)."""
         self.registers = registers or {}
+        self.early = None if early is None else {"writes": early, "vars": {}, "stmts": []}
         lay = self.layout
         ctx = lay.context
         slice_done, prelude = set(), []
@@ -851,6 +886,7 @@ class GroupCode:
             "sx": sx, "sy": sy, "per": per, "vector": vector,
             "start": vector["tiles"] * vector["tile"] if vector else 0,
             "blocks": blocks, "ticket": ticket, "workspace": workspace,
+            "early": self.early["stmts"] if self.early else [],
             "prelude": prelude, "phases": body_phases, "element_loop": element_loop,
             "element_defs": element_defs if in_registers else [],
             "element_values": element_values if in_registers else [],
@@ -924,6 +960,24 @@ class GroupCode:
         finally:
             packed, self.packed = self.packed, None
         if not packed["ok"]:
+            return None
+        return {"fields": list(packed["fields"].values()), "stmts": stmts}
+
+    def epilogue_ones(self) -> dict | None:
+        """The epilogue one column at a time with its operands in a pack (`ones`: pack1, load1, run1), every
+        operand one value at its own index: a warp stage's head loads the packs of its row's columns before
+        its sums (gc_warp_row_head), instead of the functor loading them after. None where the epilogue stores
+        values of its own or reads nothing."""
+        if self.members[0].dtype != "float32":
+            return None
+        self.packed = {"fields": {}, "ok": True, "one": True}
+        stmts, done = [], set()
+        try:
+            for m in self.members:
+                self.define(m, "gemm", stmts, done)
+        finally:
+            packed, self.packed = self.packed, None
+        if not packed["fields"]:
             return None
         return {"fields": list(packed["fields"].values()), "stmts": stmts}
 
