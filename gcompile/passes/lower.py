@@ -950,34 +950,28 @@ class GroupCode:
         reads go into a pack loaded at once (pack_field), so a kernel may load a thread's packs into registers
         while its first K steps are on their way, then compute the lanes. None where an operand is read
         across the row otherwise (a transposed one) or the epilogue stores values of its own."""
-        if self.members[0].dtype != "float32":
-            return None
-        self.packed = {"fields": {}, "ok": True}
-        stmts, done = [], set()
-        try:
-            for m in self.members:
-                self.define(m, "gemm", stmts, done)
-        finally:
-            packed, self.packed = self.packed, None
-        if not packed["ok"]:
-            return None
-        return {"fields": list(packed["fields"].values()), "stmts": stmts}
+        return self.packed_epilogue(one=False)
 
     def epilogue_ones(self) -> dict | None:
         """The epilogue one column at a time with its operands in a pack (`ones`: pack1, load1, run1), every
         operand one value at its own index: a warp stage's head loads the packs of its row's columns before
         its sums (gc_warp_row_head), instead of the functor loading them after. None where the epilogue stores
         values of its own or reads nothing."""
+        return self.packed_epilogue(one=True)
+
+    def packed_epilogue(self, one: bool) -> dict | None:
+        """The epilogue's statements with its operands read from a pack (pack_field): {"fields", "stmts"}, or
+        None (not float32; runs: an operand that does not fit them; ones: no operand at all)."""
         if self.members[0].dtype != "float32":
             return None
-        self.packed = {"fields": {}, "ok": True, "one": True}
+        self.packed = {"fields": {}, "ok": True, "one": one}
         stmts, done = [], set()
         try:
             for m in self.members:
                 self.define(m, "gemm", stmts, done)
         finally:
             packed, self.packed = self.packed, None
-        if not packed["fields"]:
+        if not packed["ok"] or (one and not packed["fields"]):
             return None
         return {"fields": list(packed["fields"].values()), "stmts": stmts}
 
