@@ -306,27 +306,35 @@ def test_a_chain_holds_a_b_read_as_b_and_b_transposed_in_registers():
     assert not any(st.get("regs") is not None for st in heads_chain.values["stages"])
 
 
+def mlp_builds_with_and_without(tmp_path, monkeypatch, marker: str, off: list[str]) -> dict:
+    """The MLP b128 built for cuda as the lowering makes it ("with": `marker` in its source) and with the
+    Lowering methods named in `off` returning None ("without": no `marker`): {label: artifact}. Skips without
+    nvcc."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    import gcompile.passes.lower as lowering
+    from gcompile.build import build, compile_flags, header_commands
+    compiler, flags, _ = compile_flags("cuda", None)
+    artifacts = {}
+    for label in ("with", "without"):
+        if label == "without":
+            for name in off:
+                monkeypatch.setattr(lowering.Lowering, name, lambda self, *args: None)
+        source = compile_program(mlp_program(128), "cuda", "mlp", build_command=header_commands("cuda", compiler, flags))
+        assert (marker in source.source) == (label == "with")
+        artifacts[label] = build(source, tmp_path / label, None)
+    return artifacts
+
+
 @pytest.mark.gpu
 def test_the_held_registers_train_as_the_block_stages_do(tmp_path, monkeypatch):
     """MLP b128: 5 train steps with W2 held in registers (chain_registers) and with the block stages reading it
     from shared memory give the same losses and parameters to float rounding (dh1's sums come in another
     order), and the eval logits alike."""
-    if not shutil.which("nvcc"):
-        pytest.skip("nvcc is not installed")
-    import gcompile.passes.lower as lowering
-    from gcompile.build import build, compile_flags, header_commands
-    program = mlp_program(128)
-    compiler, flags, _ = compile_flags("cuda", None)
-    real, artifacts = lowering.Lowering.chain_registers, {}
-    for label in ("held", "block"):
-        monkeypatch.setattr(lowering.Lowering, "chain_registers",
-                            real if label == "held" else (lambda self, values: None))
-        source = compile_program(program, "cuda", "mlp", build_command=header_commands("cuda", compiler, flags))
-        assert ("gc_reg_row_gemm_t<" in source.source) == (label == "held")
-        artifacts[label] = build(source, tmp_path / label, None)
+    artifacts = mlp_builds_with_and_without(tmp_path, monkeypatch, "gc_reg_row_gemm_t<", ["chain_registers"])
     rng = np.random.RandomState(8)
     x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)
-    with gc.load(artifacts["held"]) as a, gc.load(artifacts["block"]) as b:
+    with gc.load(artifacts["with"]) as a, gc.load(artifacts["without"]) as b:
         losses = np.array([(a.train_step(x, y), b.train_step(x, y)) for _ in range(5)])
         np.testing.assert_allclose(losses[:, 0], losses[:, 1], rtol=1e-5)
         for name in a.variables:
@@ -560,24 +568,13 @@ def test_a_chain_copies_its_stages_bs_into_shared_memory():
 def test_the_chain_reading_its_staged_bs_gives_the_same_bits(tmp_path, monkeypatch):
     """MLP b128: parameters after steps and the eval logits are bit for bit those of the build whose chain reads
     W2 and W3 from global memory (the same sums in the same order)."""
-    if not shutil.which("nvcc"):
-        pytest.skip("nvcc is not installed")
     import gcompile.passes.lower as lowering
-    from gcompile.build import build, compile_flags, header_commands
-    program = mlp_program(128)
-    compiler, flags, _ = compile_flags("cuda", None)
-    artifacts = {}
     # (a B held in registers, which needs the copy, sums dh1 in another order: chain_registers is off in both)
     monkeypatch.setattr(lowering.Lowering, "chain_registers", lambda self, values: None)
-    for label in ("staged", "global"):
-        if label == "global":
-            monkeypatch.setattr(lowering.Lowering, "chain_staged", lambda self, *args: None)
-        source = compile_program(program, "cuda", "mlp", build_command=header_commands("cuda", compiler, flags))
-        assert ("gc_stage_copy(staged" in source.source) == (label == "staged")
-        artifacts[label] = build(source, tmp_path / label, None)
+    artifacts = mlp_builds_with_and_without(tmp_path, monkeypatch, "gc_stage_copy(staged", ["chain_staged"])
     rng = np.random.RandomState(6)
     x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)
-    with gc.load(artifacts["staged"]) as a, gc.load(artifacts["global"]) as b:
+    with gc.load(artifacts["with"]) as a, gc.load(artifacts["without"]) as b:
         losses = [(a.train_step(x, y), b.train_step(x, y)) for _ in range(4)]
         assert all(la == lb for la, lb in losses)
         for name in a.variables:
