@@ -13,6 +13,7 @@ import gcompile as gc
 from gcompile.passes.lower import BLOCK, ELEMENT_REGISTERS, VECTOR, lower, prefetch_globals
 from gcompile.pipeline import compile_program
 
+from conftest import load_example
 from graphs import mlp_program
 
 TILE = BLOCK * VECTOR
@@ -388,6 +389,26 @@ def test_a_warp_stage_loads_what_the_chain_does_not_write_at_its_start():
         segment = GroupCode(lowering, group.attrs["group"]).segment("probe", per=1, split=True,
                                                                    registers={head["c_at"]: "hc"}, early=early)
         assert segment["early"] == []
+
+
+def test_one_column_packs_leave_out_an_epilogue_that_stores_values_of_its_own():
+    """GroupCode.epilogue_ones: run1 computes C's value only, so a GEMM epilogue that also stores a value of its
+    own (LeNet's dropout-masked activations beside the ReLU's) gets no packs of one column, while one that
+    stores nothing (the MLP's bias and ReLU) does."""
+    from gcompile.passes.lower import GroupCode, Lowering
+    checked = {True: 0, False: 0}
+    for program in (load_example("mnist_lenet").program(batch_size=8, dropout=0.3), mlp_program(128)):
+        src = compile_program(program, "cuda")
+        lowering = Lowering(src.plan, "train")
+        for node in src.schedules["train"]:
+            if node.op == "fused" and node.attrs["group"].kind == "gemm":
+                epilogue, _ = GroupCode(lowering, node.attrs["group"]).epilogue()
+                ones = GroupCode(lowering, node.attrs["group"]).epilogue_ones()
+                stores = bool(epilogue["stores"])
+                reads = bool(epilogue["runs"] and epilogue["runs"]["fields"])   # (an operand it loads)
+                assert (ones is None) if stores else (ones is not None) == reads, node.name
+                checked[stores] += 1
+    assert checked[True] and checked[False]
 
 
 def chain_shapes(kernels) -> list[tuple]:

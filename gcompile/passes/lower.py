@@ -956,13 +956,14 @@ class GroupCode:
         """The epilogue one column at a time with its operands in a pack (`ones`: pack1, load1, run1), every
         operand one value at its own index: a warp stage's head loads the packs of its row's columns before
         its sums (gc_warp_row_head), instead of the functor loading them after. None where the epilogue stores
-        values of its own or reads nothing."""
+        values of its own (run1 computes C's value only) or reads nothing."""
         return self.packed_epilogue(one=True)
 
     def packed_epilogue(self, one: bool) -> dict | None:
         """The epilogue's statements with its operands read from a pack (pack_field): {"fields", "stmts"}, or
-        None (not float32; runs: an operand that does not fit them; ones: no operand at all)."""
-        if self.members[0].dtype != "float32":
+        None (not float32; runs: an operand that does not fit them; ones: no operand at all, or a value it
+        stores besides C's — epilogue() leaves runs out there itself)."""
+        if self.members[0].dtype != "float32" or (one and len(self.written()) > 1):
             return None
         self.packed = {"fields": {}, "ok": True, "one": one}
         stmts, done = [], set()
