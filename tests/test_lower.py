@@ -405,7 +405,7 @@ def test_one_column_packs_leave_out_an_epilogue_that_stores_values_of_its_own():
                 epilogue, _ = GroupCode(lowering, node.attrs["group"]).epilogue()
                 ones = GroupCode(lowering, node.attrs["group"]).epilogue_ones()
                 stores = bool(epilogue["stores"])
-                reads = bool(epilogue["runs"] and epilogue["runs"]["fields"])   # (an operand it loads)
+                reads = "(A + " in " ".join(epilogue["stmts"])   # (an operand it loads from the arena)
                 assert (ones is None) if stores else (ones is not None) == reads, node.name
                 checked[stores] += 1
     assert checked[True] and checked[False]
