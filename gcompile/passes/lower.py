@@ -318,9 +318,9 @@ class Lowering:
         batch 128, for 2,000 multiply-adds (docs/compiler.md). What the stage reads and the kernel does not
         write (`writes`: its byte ranges) is loaded at its start: the head's epilogue operands as packs of one
         column (GroupCode.epilogue_ones), the rows' slice-invariant reads (GroupCode.early_load). Marks the
-        first stage's values `warp` {"rows":
-        the rows stage's values, rebuilt to read C from registers, "last": its last stage}, the others
-        `in_warp`, the last GEMM's `warp_a` (the element values it reads). Returns [(first, last)]."""
+        first stage's values `warp` {"rows": the rows stage's values, rebuilt to read C from registers, "last":
+        its last stage}, the others `in_warp`, the last GEMM's `warp_a` (the element values it reads). Returns
+        [(first, last)]."""
         out, i = [], 0
         while i + 1 < len(values):
             a, s = values[i], values[i + 1]
@@ -658,11 +658,10 @@ class GroupCode:
         root = storage_root(node)
         if is_literal(root) or lowering.read_in_place(node) or any(coef[d] for d in lay.axes):
             return None
-        at = lowering.plan.offset_of(node, lowering.direction)
-        if overlap([(at, at + node.size * np.dtype(node.dtype).itemsize)], self.early["writes"]):
+        if overlap(lowering.ranges([node]), self.early["writes"]):
             return None
         index = self.index(coef, "slice")
-        key = (id(node), index)
+        key = (node, index)
         if key not in self.early["vars"]:
             name = self.early["vars"][key] = f"pre{len(self.early['vars'])}"
             self.early["stmts"].append(f"const {C_TYPES[node.dtype]} {name} = gc_pack_load({lowering.pointer(node)} + {index});")
