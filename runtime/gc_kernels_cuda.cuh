@@ -348,12 +348,6 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
 }
 
 // ---- a chain's warp stage (lower.py's warp_stages) ----------------------------------------------------------
-// At a row a block, a GEMM of N <= 32 columns, the rows stage reading its C and the GEMM reading that stage's
-// values run in the block's first warp, the row in registers. gc_warp_row_head: row `row` of C = ep(A @ B)
-// (B is K x N): lane l sums k = l, l + 32, ... for every column, the lanes' sums are added by an xor tree (a
-// fixed order; each level adds the same two values in every lane of a pair, so every lane ends with the same
-// bits), the epilogue is applied in every lane and column n is stored by lane n % 32. `hc`: the row, in
-// every lane.
 // An epilogue functor that says `ones` (lower.py's epilogue_ones) gives each column's operands as a pack
 // (`pack1 load1(b, m, n)`, `T run1(pack, b, m, n, acc)`): the head loads its row's packs before its sums, where
 // the functor's own loads came after them, a round trip on the warp stage's path (H100, MLP b128 trainer,
@@ -375,6 +369,12 @@ template <class Ep, int N> struct gc_row_packs<Ep, N, true> {
     __device__ __forceinline__ T apply(const Ep& ep, int row, int n, T acc) const { return ep.run1(pk[n], 0, row, n, acc); }
 };
 
+// At a row a block, a GEMM of N <= 32 columns, the rows stage reading its C and the GEMM reading that stage's
+// values run in the block's first warp, the row in registers. gc_warp_row_head: row `row` of C = ep(A @ B)
+// (B is K x N): lane l sums k = l, l + 32, ... for every column, the lanes' sums are added by an xor tree (a
+// fixed order; each level adds the same two values in every lane of a pair, so every lane ends with the same
+// bits), the epilogue is applied in every lane and column n is stored by lane n % 32. `hc`: the row, in
+// every lane.
 template <typename T, int N, int K, typename AL, typename Ep>
 __device__ __forceinline__ void gc_warp_row_head(AL a, const T* __restrict__ B, T* C, const Ep& ep, int row,
                                                  T (&hc)[N]) {
