@@ -349,24 +349,46 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
 
 // ---- a chain's warp stage (lower.py's warp_stages) ----------------------------------------------------------
 // An epilogue functor that says `ones` (lower.py's epilogue_ones) gives each column's operands as a pack
-// (`pack1 load1(b, m, n)`, `T run1(pack, b, m, n, acc)`): the head loads its row's packs before its sums, where
-// the functor's own loads came after them, a round trip on the warp stage's path (H100, MLP b128 trainer,
-// with the rows' early loads: 14.66 -> 14.28 us a step).
+// (`pack1 load1(b, m, n)`, `T run1(pack, b, m, n, acc)`): a chain's stage at a row a block loads its columns'
+// packs when it starts (gc_row_packs), where the functor's own loads came after its sums (H100, MLP b128
+// trainer: the warp stage's head, with the rows' early loads, 14.66 -> 14.28 us a step). Behind a barrier
+// ptxas may still issue or wait for them late: `anchor` stores a word made of a pack's bits to shared memory
+// before the stage's first barrier (a shared store does not cross bar.sync), so the thread has its operands
+// when it arrives there (gc_reg_row_gemm's bias: 14.14 -> 13.99 us in the prototype; loaded early without
+// the anchor, 14.12). Without `ones`, the functor's own loads at the end, as before.
 template <class Ep, class = void> struct gc_ep_ones { static constexpr bool value = false; };
 template <class Ep> struct gc_ep_ones<Ep, decltype((void)Ep::ones)> { static constexpr bool value = Ep::ones; };
-template <class Ep, int N, bool = gc_ep_ones<Ep>::value> struct gc_row_packs {
-    __device__ __forceinline__ void load(const Ep&, int) {}
+// A thread's NP columns of row `row`: load(ep, row, column) with column(j) the j-th (each inside C), then
+// apply(ep, row, j, n, acc) gives column n = column(j)'s value.
+template <class Ep, int NP, bool = gc_ep_ones<Ep>::value> struct gc_row_packs {
+    template <class Column>
+    __device__ __forceinline__ void load(const Ep&, int, Column&&) {}
+    __device__ __forceinline__ void anchor(float*) const {}
     template <typename T>
-    __device__ __forceinline__ T apply(const Ep& ep, int row, int n, T acc) const { return ep(0, row, n, acc); }
+    __device__ __forceinline__ T apply(const Ep& ep, int row, int, int n, T acc) const { return ep(0, row, n, acc); }
 };
-template <class Ep, int N> struct gc_row_packs<Ep, N, true> {
-    typename Ep::pack1 pk[N];
-    __device__ __forceinline__ void load(const Ep& ep, int row) {
+template <class Ep, int NP> struct gc_row_packs<Ep, NP, true> {
+    typename Ep::pack1 pk[NP];
+    static_assert(sizeof(typename Ep::pack1) % 4 == 0, "gc_row_packs: a pack of 4-byte words");
+    template <class Column>
+    __device__ __forceinline__ void load(const Ep& ep, int row, Column&& column) {
 #pragma unroll
-        for (int n = 0; n < N; n++) pk[n] = ep.load1(0, row, n);
+        for (int j = 0; j < NP; j++) pk[j] = ep.load1(0, row, column(j));
+    }
+    __device__ __forceinline__ void anchor(float* slot) const {   // (a slot the stage overwrites after its barrier)
+        uint32_t bits = 0;
+#pragma unroll
+        for (int j = 0; j < NP; j++)
+#pragma unroll
+            for (int w = 0; w < (int)(sizeof(typename Ep::pack1) / 4); w++) {
+                uint32_t word;
+                memcpy(&word, (const char*)&pk[j] + 4 * w, 4);
+                bits ^= word;
+            }
+        memcpy(slot, &bits, 4);
     }
     template <typename T>
-    __device__ __forceinline__ T apply(const Ep& ep, int row, int n, T acc) const { return ep.run1(pk[n], 0, row, n, acc); }
+    __device__ __forceinline__ T apply(const Ep& ep, int row, int j, int n, T acc) const { return ep.run1(pk[j], 0, row, n, acc); }
 };
 
 // At a row a block, a GEMM of N <= 32 columns, the rows stage reading its C and the GEMM reading that stage's
@@ -380,7 +402,7 @@ __device__ __forceinline__ void gc_warp_row_head(AL a, const T* __restrict__ B, 
                                                  T (&hc)[N]) {
     const int lane = threadIdx.x % 32;
     gc_row_packs<Ep, N> packs;
-    packs.load(ep, row);
+    packs.load(ep, row, [](int n) { return n; });
 #pragma unroll
     for (int n = 0; n < N; n++) hc[n] = 0;
 #pragma unroll
@@ -397,7 +419,7 @@ __device__ __forceinline__ void gc_warp_row_head(AL a, const T* __restrict__ B, 
 #pragma unroll
         for (int n = 0; n < N; n++) hc[n] += __shfl_xor_sync(0xffffffffu, hc[n], h);
 #pragma unroll
-    for (int n = 0; n < N; n++) hc[n] = packs.apply(ep, row, n, hc[n]);   // (every operand load before the first store)
+    for (int n = 0; n < N; n++) hc[n] = packs.apply(ep, row, n, n, hc[n]);   // (every operand load before the first store)
 #pragma unroll
     for (int n = 0; n < N; n++)
         if (n % 32 == lane) C[(int64_t)row * N + n] = hc[n];
@@ -446,6 +468,9 @@ __device__ __forceinline__ void gc_reg_row_gemm(AL a, const float* __restrict__ 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float* const arow = (float*)smem;
     float* const partial = arow + gc_reg_row_gemm_shape<N, K>::AROW;
+    static_assert(N <= GC_BLOCK, "gc_reg_row_gemm: a column a thread");
+    gc_row_packs<Ep, 1> packs;   // thread t's column t
+    if (threadIdx.x < N) packs.load(ep, row, [](int) { return (int)threadIdx.x; });
 #pragma unroll
     for (int kk = 0; kk < KW; kk++) {   // (before A's row is stored: after the store they would wait for its load)
         const int k = warp * KW + kk;
@@ -453,6 +478,7 @@ __device__ __forceinline__ void gc_reg_row_gemm(AL a, const float* __restrict__ 
     }
     if (!STAGED)   // (else the block's split sums stored it there: gc_chain_sum_partials' rows)
         for (int t = threadIdx.x; t < K; t += GC_BLOCK) arow[t] = a(row, t);
+    if (threadIdx.x < N) packs.anchor(partial + threadIdx.x);   // (the warps' sums go there after the barrier)
     __syncthreads();
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -466,10 +492,10 @@ __device__ __forceinline__ void gc_reg_row_gemm(AL a, const float* __restrict__ 
     }
     if (lane < N / 4) *(float4*)(partial + warp * N + 4 * lane) = acc;
     __syncthreads();
-    for (int t = threadIdx.x; t < N; t += GC_BLOCK) {
+    if (const int t = threadIdx.x; t < N) {
         float v = 0;
         for (int h = 0; h < WARPS; h++) v += partial[h * N + t];
-        C[(int64_t)row * N + t] = ep(0, row, t, v);
+        C[(int64_t)row * N + t] = packs.apply(ep, row, 0, t, v);
     }
 }
 

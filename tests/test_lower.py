@@ -379,6 +379,16 @@ def test_a_warp_stage_loads_what_the_chain_does_not_write_at_its_start():
     assert [(f["pointer"], f["index"], f["vector"]) for f in ones["fields"]] == \
         [(f"((const float*)(A + {at['b3']}))", "(int64_t)n", False)]
     assert "q.f0" in " ".join(ones["stmts"]) and "static constexpr bool ones = true;" in src.source
+    # the stage that loads the held W2 (gc_reg_row_gemm) loads h2's bias when it starts, anchored (chain_ones)
+    h2 = chain.values["stages"][0]
+    assert h2.get("regs") is not None and [f["pointer"] for f in h2["epilogue"]["ones"]["fields"]] == \
+        [f"((const float*)(A + {at['b2']}))"]
+    assert not any(st["epilogue"].get("ones") for st in chain.values["stages"][3:] if st["gemm"])
+    # LeNet's held-B stage stores its dropout-masked values beside C: its functor keeps its own loads
+    lenet = compile_program(load_example("mnist_lenet").program(batch_size=8, dropout=0.3), "cuda")
+    held = [st for k in lenet.kernels["train"] if k.kind == "chain" for st in k.values["stages"]
+            if st["gemm"] and st.get("regs") is not None]
+    assert held and all(st["epilogue"]["stores"] and not st["epilogue"].get("ones") for st in held)
     stage = src.source.split(f"{chain.name}_w1(unsigned char* __restrict__ A")[1].split("\n}\n")[0]
     assert stage.index("gc_pack_load(" + label) < stage.index("gc_warp_row_head<")
     assert not any(st.get("epilogue") and st["epilogue"].get("ones") for k in src.kernels["eval"]

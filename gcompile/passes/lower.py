@@ -296,6 +296,8 @@ class Lowering:
             if held:
                 name = next(part["name"] for part in staged["parts"] if part["ptr"] == values[held[0]]["b"])
                 text += f"; {name} held in registers by stages {held[0] + 1} and {held[1] + 1}"
+        if self.target == "cuda" and rows == 1:
+            self.chain_ones(stages, values)
         return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
                       f"{text}", {"stages": values, "rows": rows, "blocks": blocks, "m": m, "collector": collector,
                                   "rows_input": any(v.get("rows") for v in values), "staged": staged},
@@ -317,7 +319,7 @@ class Lowering:
         columns l, l + 32, ... from those values. The three took about 5,500 cycles between barriers at
         batch 128, for 2,000 multiply-adds (docs/compiler.md). What the stage reads and the kernel does not
         write (`writes`: its byte ranges) is loaded at its start: the head's epilogue operands as packs of one
-        column (GroupCode.epilogue_ones), the rows' slice-invariant reads (GroupCode.early_load). Marks the
+        column (chain_ones), the rows' slice-invariant reads (GroupCode.early_load). Marks the
         first stage's values `warp` {"rows": the rows stage's values, rebuilt to read C from registers, "last":
         its last stage}, the others `in_warp`, the last GEMM's `warp_a` (the element values it reads). Returns
         [(first, last)]."""
@@ -336,10 +338,6 @@ class Lowering:
             if code.register_misses or not code.register_reads or not rows["element_values"]:
                 i += 1
                 continue
-            head = GroupCode(self, stages[i].attrs["group"]) if stages[i].op == "fused" else None
-            ones = head.epilogue_ones() if head is not None and a["epilogue"] else None
-            if ones:   # (loaded after the barrier that ends the earlier stages, as the functor's loads were)
-                a["epilogue"] = {**a["epilogue"], "ones": ones}
             rows["gemm"], rows["in_warp"] = False, True
             values[i + 1], last = rows, i + 1
             b = values[i + 2] if i + 2 < len(values) else None
@@ -351,6 +349,20 @@ class Lowering:
             out.append((i, last))
             i = last + 1
         return out
+
+    def chain_ones(self, stages: list[Node], values: list[dict]) -> None:
+        """cuda, a chain at a row a block: a warp stage's head (gc_warp_row_head) and the stage that loads a held
+        B (gc_reg_row_gemm) get their epilogue also as packs of one column (GroupCode.epilogue_ones; the
+        functor's `ones`), which they load when they start, instead of the functor loading its operands after
+        the sums (and, in gc_reg_row_gemm, behind two barriers). The stage starts after the barrier that ends
+        the earlier stages and writes nothing before its epilogue, so the loads read what the functor's did.
+        An epilogue that stores values of its own (LeNet's dropout mask) keeps its functor: epilogue_ones refuses it.
+        (The same for the warp stage's last GEMM and the held B's second stage measured no faster.)"""
+        for node, v in zip(stages, values):
+            if v["gemm"] and v["epilogue"] and node.op == "fused" and (v.get("warp") or v.get("regs") is not None):
+                ones = GroupCode(self, node.attrs["group"]).epilogue_ones()
+                if ones:
+                    v["epilogue"] = {**v["epilogue"], "ones": ones}
 
     def chain_registers(self, values: list[dict]) -> tuple[int, int] | None:
         """cuda, a chain at a row a block with its Bs staged: a staged B (K x N, N a multiple of 4 up to 128, K up
