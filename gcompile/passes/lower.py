@@ -965,9 +965,10 @@ class GroupCode:
 
     def epilogue_ones(self) -> dict | None:
         """The epilogue one column at a time with its operands in a pack (`ones`: pack1, load1, run1), every
-        operand one value at its own index: a warp stage's head loads the packs of its row's columns before
-        its sums (gc_warp_row_head), instead of the functor loading them after. None where the epilogue stores
-        values of its own (run1 computes C's value only) or reads nothing."""
+        operand one value at its own index: a warp stage's head (gc_warp_row_head) and the stage that loads a
+        held B (gc_reg_row_gemm) load the packs of their row's columns when they start (chain_ones), instead of
+        the functor loading them after the sums. None where the epilogue stores values of its own (run1
+        computes C's value only) or reads nothing."""
         return self.packed_epilogue(one=True)
 
     def packed_epilogue(self, one: bool) -> dict | None:
