@@ -280,16 +280,17 @@ class Lowering:
             members = node.attrs["group"].members if node.op == "fused" else [node]
             details += [describe(x) for x in members]
             groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
+        written = [w for x in writes for w in x]   # every stage's byte ranges
         if self.target == "cuda" and rows == 1:
-            for i, j in self.warp_stages(stages, values, [w for x in writes for w in x]):
+            for i, j in self.warp_stages(stages, values, written):
                 what[i] += f" (stages {i + 1} to {j + 1} by one warp)"
         text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
         fused = [g for node, g in zip(stages, groups) if node.op == "fused"]
-        prefetch_globals([v for v in values if not v["gemm"]], [w for x in writes for w in x])
+        prefetch_globals([v for v in values if not v["gemm"]], written)
         collector = any(not v["gemm"] and v["collect"] for v in values)
         if collector:
             text += "; global sums in a collector block"
-        staged = self.chain_staged(stages, values, blocks + collector, [w for x in writes for w in x])
+        staged = self.chain_staged(stages, values, blocks + collector, written)
         if staged:
             text += f"; {', '.join(staged['names'])} copied into shared memory ({staged['tx']} bytes)"
             held = self.chain_registers(values) if rows == 1 else None
