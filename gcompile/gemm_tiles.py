@@ -58,6 +58,8 @@ class Tile:
     tf32: int = 0     # 1: mma.sync tensor cores (a warp's TM x TN); 2: wgmma (sm_90a, a warpgroup's 64 x TN);
     #                   3: mma.sync on tf32 parts, to fp32 accuracy (an fp32 tile: X3 of gc_gemm_tc_kernel);
     #                   4: wgmma on tf32 parts (an fp32 tile, A transposed and B not only: gc_gemm_wg_kernel)
+    #                   5: as 3, a short K slice staged whole (gc_gemm_sk_kernel: `stages` groups of bk k, all in
+    #                      flight at once; a warp's TM x TN tile)
     stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
     kw: int = 1       # fp32 pipelined tiles: groups of threads sharing out each K step's k (KW of gc_tile)
 
@@ -71,8 +73,8 @@ class Tile:
 
     @property
     def parts(self) -> bool:
-        """fp32 on tensor cores: each operand as tf32 parts (TF32 = 3, mma.sync; 4, wgmma)."""
-        return self.tf32 in (3, 4)
+        """fp32 on tensor cores: each operand as tf32 parts (TF32 = 3 and 5, mma.sync; 4, wgmma)."""
+        return self.tf32 in (3, 4, 5)
 
     def fits(self, trans_a: bool, trans_b: bool) -> bool:
         """Whether this tile computes a GEMM of these transposes: all of them, but the wgmma tf32-parts tiles
@@ -82,18 +84,23 @@ class Tile:
     @property
     def float_rows_only(self) -> bool:
         """Whether the kernel copies the image rows it reads in place straight into shared memory (cp.async),
-        so float rows only: the fp32 pipelined and the tf32 wgmma kernels. The mma.sync pipeline (tf32 and tf32
+        so float rows only: the fp32 pipelined, the tf32 wgmma and the short-K tf32-parts (TF32 = 5) kernels. The
+        mma.sync pipeline (tf32 and tf32
         parts), the wgmma tf32-parts tiles (A transposed: its rows copied as bytes, converted as its fragments are
         read) and the register-staged kernel take uint8 rows too."""
         return self.stages > 0 and self.tf32 not in (1, 3, 4)
 
     @property
     def name(self) -> str:
-        kind = {0: "fp32", 1: "tf32", 2: "wgmma", 3: "3xtf32", 4: "3xwgmma"}[self.tf32]
+        kind = {0: "fp32", 1: "tf32", 2: "wgmma", 3: "3xtf32", 4: "3xwgmma", 5: "3xtf32sk"}[self.tf32]
         return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{kind}"
                 + (f"/cp{self.stages}" if self.stages else "") + (f"/kw{self.kw}" if self.kw > 1 else ""))
 
     def smem_bytes(self, split: int = 1) -> int:
+        if self.tf32 == 5:   # gc_sk_smem: KC = bk x stages k of each operand, rows padded (the larger layout)
+            kc = self.bk * self.stages
+            side = lambda x: max(kc * (x + 8), x * (kc + 4))  # noqa: E731
+            return max(side(self.bm) + side(self.bn), (split > 1) * self.bm * self.bn) * 4
         if self.wgmma:   # gc_gemm_wg_kernel: 8-row groups of 32 BK + 16 bytes (gc_wg_layout), or one side as
             layout = lambda x: x // 8 * (32 * self.bk + 16)  # noqa: E731 - stored rows of x + 8 (gc_wg_rows)
             rows = lambda x: self.bk * (x + 8) * 4  # noqa: E731 - (the larger of the transposes' kinds)
@@ -166,7 +173,11 @@ TILES = {
              # the same on wgmma (TF32 = 4, A^T B only: the weight gradients), B's parts made as its steps are
              # stored in shared memory, not by each warp at each fragment (64 x 128 took 255 registers and
              # spilled)
-             Tile(64, 64, 32, 64, 64, 4, stages=4)],
+             Tile(64, 64, 32, 64, 64, 4, stages=4),
+             # tf32 parts on a short K slice staged whole (TF32 = 5, gc_gemm_sk.cuh: 128 k in flight at once),
+             # 16 x 16 a warp: the small-batch weight gradients and split x @ W (docs/compiler.md)
+             Tile(32, 64, 64, 16, 16, 5, stages=2), Tile(32, 64, 56, 16, 16, 5, stages=2),
+             Tile(32, 32, 64, 16, 16, 5, stages=2)],
     "tf32": [Tile(128, 128, 16, 64, 32, 1), Tile(64, 64, 16, 32, 32, 1), Tile(64, 64, 32, 32, 32, 1),
              Tile(64, 32, 16, 32, 16, 1), Tile(64, 32, 32, 32, 16, 1), Tile(32, 64, 16, 16, 32, 1),
              Tile(32, 64, 32, 16, 32, 1), Tile(32, 32, 16, 16, 16, 1), Tile(32, 32, 32, 16, 16, 1),
@@ -282,8 +293,10 @@ def candidates(m: int, n: int, k: int, precision: str, batch: int = 1, pipelined
 
 def split_fits(tile: Tile, split: int, k: int, batch: int = 1) -> bool:
     """Whether a GEMM of K = k, `batch` times, can be split `split` ways on this tile: each split keeps at least
-    two K steps, and the grid's third dimension (batch x split) stays under its limit."""
-    return split == 1 or (k >= 2 * split * tile.bk and batch * split <= 65535)
+    two K steps (a short-K tile, TF32 = 5, one group of bk k: it stages them all at once), and the grid's third
+    dimension (batch x split) stays under its limit."""
+    steps = 1 if tile.tf32 == 5 else 2
+    return split == 1 or (k >= steps * split * tile.bk and batch * split <= 65535)
 
 
 def rows_fit(tile: Tile, split: int, rows: bool) -> bool:

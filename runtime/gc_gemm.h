@@ -21,12 +21,15 @@
 //             product (two where A is the uint8 image input: its bytes are exact; gc_gemm_tc_kernel only).
 //             TF32 = 4: as 2 (wgmma), to fp32 accuracy as 3: B's parts stored side by side in shared memory,
 //             A's split in registers (gc_gemm_wg_kernel; weight gradients, A transposed and B not, only).
+//             TF32 = 5: as 3 (tf32 parts, three mma a product, a warp's TM x TN), for a short K slice: the
+//             block stages BK x STAGES k of both operands at once (gc_gemm_sk_kernel in gc_gemm_sk.cuh).
 //   SPLIT     > 1: K is split over a cluster of SPLIT blocks (sm_90) whose partial tiles are summed in
 //             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
 //   SM SN SK  the static shape the GEMM was specialized for (0: any). Bounds checks on a dimension that the
 //             tile divides are compiled out; gc_gemm refuses a launch whose shape differs.
 //   STAGES    > 0: a pipelined kernel, operands copied to shared memory with cp.async, STAGES K steps deep:
-//             gc_gemm_pipe_kernel (fp32 FMAs) or, TF32 = 1 or 3, gc_gemm_tc_kernel (gc_gemm_tc.cuh);
+//             gc_gemm_pipe_kernel (fp32 FMAs) or, TF32 = 1 or 3, gc_gemm_tc_kernel (gc_gemm_tc.cuh); TF32 = 5:
+//             the STAGES groups of BK k that gc_gemm_sk_kernel copies at once;
 //             0: the register-staged one (gc_gemm_kernel).
 //   KW        fp32 pipelined tiles: KW groups of (BM / TM) x (BN / TN) threads, group w computing every KW-th k
 //             of each step (k = w, w + KW, ...) into its own accumulators; group 0 adds the others' in order

@@ -996,6 +996,9 @@ static int gc_gemm_launch_pipelined(dim3 grid, cudaLaunchAttribute* cluster, siz
 // The tf32 tensor-core pipeline's launch (gc_gemm_tc.cuh: tiles with TF32 and STAGES > 0; RA too).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_tc_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
+// The short-K tensor-core kernel's launch (gc_gemm_sk.cuh: tiles with TF32 = 5; RA from float rows).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+static int gc_gemm_sk_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
 // The wgmma kernel's launch (gc_gemm_wgmma.cuh: tiles with TF32 = 2; RA from float rows).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
@@ -1041,13 +1044,17 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     // The fp32 pipelined and the wgmma kernels copy A's rows (cp.async) without converting them: float rows
     // only where they read the image input in place (gemm_tiles.Tile.float_rows_only; the mma.sync pipeline
     // converts uint8 rows as it stages them).
-    if constexpr (Tile::STAGES > 0 && Tile::TF32 != 1 && Tile::TF32 != 3 && !(Tile::TF32 == 4 && TA)) {
+    // (the short-K tensor-core kernel says so itself, gc_gemm_sk_launch)
+    if constexpr (Tile::STAGES > 0 && Tile::TF32 != 1 && Tile::TF32 != 3 && Tile::TF32 != 5 &&
+                  !(Tile::TF32 == 4 && TA)) {
         if (RA && rows.u8)
             return gc_fail(GC_ERR_ARG, "gc_gemm: a %s tile reads the image input in place from float rows only, "
                            "and these are uint8 (the trainer converts them where such a tile reads them: "
                            "GC_X_FLOAT)", Tile::TF32 == 2 || Tile::TF32 == 4 ? "wgmma" : "pipelined fp32");
     }
-    if constexpr (Tile::TF32 == 2 || Tile::TF32 == 4) {
+    if constexpr (Tile::TF32 == 5) {
+        return gc_gemm_sk_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
+    } else if constexpr (Tile::TF32 == 2 || Tile::TF32 == 4) {
         return gc_gemm_wg_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
     } else if constexpr (Tile::TF32 && Tile::STAGES > 0) {
         return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);

@@ -291,9 +291,21 @@ static uint32_t* gc_rows_half(unsigned char* A, int64_t half) { return (uint32_t
 static float* gc_values_half(unsigned char* A, int64_t half) {
     return (float*)(A + GC_X_OFFSET) + (half % 2) * (int64_t)GC_BATCH * GC_ROW;
 }
+// Whether every uint8 value k times `scale` (gc_pixel) is a tf32 value (its low 13 bits zero): then the gathered
+// floats are exact tf32 operands (gc_rows.exact).
+static int gc_scale_keeps_tf32(double scale) {
+    for (unsigned k = 0; k < 256; k++) {
+        const float v = gc_pixel(k, (float)scale);
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        if (bits & 0x1fffu) return 0;
+    }
+    return 1;
+}
 static void gc_batch_from(const gc_split* s, double scale, unsigned char* A, int64_t half) {
-    gc_rows in = {s->images_dev, gc_rows_half(A, half), (float)scale, s->images.dtype == GC_U8};
-    gc_rows values = {gc_values_half(A, half), NULL, 1.0f, 0};
+    gc_rows in = {s->images_dev, gc_rows_half(A, half), (float)scale, s->images.dtype == GC_U8, 0};
+    gc_rows values = {gc_values_half(A, half), NULL, 1.0f, 0,
+                      s->images.dtype == GC_U8 && gc_scale_keeps_tf32(scale)};
     *gc_batch_input() = GC_X_GATHERED ? values : in;
 }
 // What a gather of that batch takes (gc_gather; a post kernel's own gather, gc_next_rows): the values go to

@@ -501,6 +501,8 @@ typedef struct {
     const uint32_t* index;    // in the arena: the batch's rows; NULL: rows 0..batch-1
     float scale;              // uint8 sources: x = (float)u8 * scale
     int32_t u8;               // 1: uint8 source, 0: float32
+    int32_t exact;            // 1: every value is a tf32 value (float rows of uint8 data times a scale that keeps
+                              // them so, gc_scale_keeps_tf32): the short-K tensor-core tiles take them as one part
 } gc_rows;
 
 // A uint8 image value as the steps see it: (float)u * scale, in float. The trainer's gather and the GEMMs'

@@ -27,6 +27,7 @@ PRELUDE = """\
 #include "gc_gemm_cuda.cuh"
 #include "gc_gemm_tc.cuh"
 #include "gc_gemm_wgmma.cuh"
+#include "gc_gemm_sk.cuh"
 #else
 #include "gc_kernels_cpu.h"
 #endif
@@ -108,7 +109,7 @@ static int run_case(const char* dir, int i, int M, int N, int K, int batch, long
 // The same GEMM with A the image input read in place (gc_rows): the source's rows (uint8 or float, `shift`
 // elements past an aligned address), gathered by the index (or rows 0.. in order), uint8 scaled by 1/255.
 template <typename T, bool TA, bool TB, class Tile, class Ep>
-static int run_rows_case(const char* dir, int i, int M, int N, int K, int u8, int indexed, int shift) {
+static int run_rows_case(const char* dir, int i, int M, int N, int K, int u8, int indexed, int shift, int exact) {
     std::vector<uint8_t> hs8;
     std::vector<float> hs32;
     std::vector<uint32_t> hidx;
@@ -122,7 +123,7 @@ static int run_rows_case(const char* dir, int i, int M, int N, int K, int u8, in
     GC_TRY(upload(dir, "b", i, 0, &b, hb));
     GC_TRY(upload(dir, "bias", i, 0, &bias, hbias));
     GC_TRY(upload(dir, "c", i, 0, &c, hc));
-    gc_rows rows = {u8 ? (const void*)s8 : (const void*)s32, idx, 1.f / 255.f, u8};
+    gc_rows rows = {u8 ? (const void*)s8 : (const void*)s32, idx, 1.f / 255.f, u8, exact};
     GC_TRY((gc_gemm<T, TA, TB, Tile>(rows, b, c, M, N, K, make_ep((Ep*)0, bias))));
     return download(dir, i, c, hc);
 }
@@ -150,6 +151,7 @@ class Case:
     expect_error: str | None = None
     rows: str | None = None     # A read in place (gc_rows) from a "u8" or "f32" source (float32, batch 1)
     index: bool = True          # rows: gathered by an index (else rows 0.. in order)
+    exact: bool = False         # rows "f32": values k / 256 (k < 256), flagged exact tf32 values (gc_rows.exact)
     cuda_only: bool = False     # what it checks is the cuda kernels' (the cpu target ignores tiles)
 
     def strides(self):
@@ -160,7 +162,8 @@ class Case:
         ep = ("ep_test_runs" if self.runs else "ep_test") if self.ep else "gc_ep_store"
         if self.rows:
             return (f"run_rows_case<float, {str(self.ta).lower()}, {str(self.tb).lower()}, {self.tile}, {ep}>(dir, "
-                    f"{index}, {self.m}, {self.n}, {self.k}, {int(self.rows == 'u8')}, {int(self.index)}, {self.shift})")
+                    f"{index}, {self.m}, {self.n}, {self.k}, {int(self.rows == 'u8')}, {int(self.index)}, {self.shift}, "
+                    f"{int(self.exact)})")
         return (f"run_case<{C_TYPES[self.dtype]}, {str(self.ta).lower()}, {str(self.tb).lower()}, {self.tile}, "
                 f"{ep}>(dir, {index}, {self.m}, {self.n}, {self.k}, {self.batch}, {sa}, {sb}, {sc}, {self.shift})")
 
@@ -225,6 +228,9 @@ def operands(case: Case, rng):
         if case.rows == "u8":
             source = rng.integers(0, 256, (rows + 7, length), dtype=np.uint8)
             a = (source[index].astype(np.float32) * np.float32(1 / 255)).reshape(-1)
+        elif case.exact:   # tf32 values (the trainer's gathered uint8 images)
+            source = (rng.integers(0, 256, (rows + 7, length)) / 256).astype(np.float32)
+            a = source[index].reshape(-1)
         else:
             source = rng.uniform(-1, 1, (rows + 7, length)).astype(np.float32)
             a = source[index].reshape(-1)

@@ -254,6 +254,30 @@ def cases() -> list[H.Case]:
         for index in (True, False):
             out.append(C("float32", True, False, "gc_tile<64, 64, 32, 64, 64, 4, 4, 784, 256, 1000, 4>",
                          784, 256, 1000, rows=rows, index=index))
+    # fp32 on tensor cores for a short K slice staged whole (TF32 = 5, gc_gemm_sk.cuh), held to the fp32
+    # tolerances: every transpose case, odd shapes (4-byte copies, tiles overhanging M and N), K past one round
+    # of 128 (rounds), split-K with the epilogue (a cluster's sum) and on runs, 4 and 8 warps, NaN operands,
+    # batches with gaps and A unaligned; the batch-128 MLP's dW1 and x @ W1 (the catalogue's tiles) with A read
+    # in place from float rows, by index or not, exact tf32 values or not; uint8 rows refused (cp.async copies
+    # floats only: the trainer converts them, GC_X_FLOAT)
+    for ta in (False, True):
+        for tb in (False, True):
+            out += [C("float32", ta, tb, "gc_tile<32, 64, 16, 16, 16, 5, 1, 0, 0, 0, 8>", 37, 53, 29, ep=True),
+                    C("float32", ta, tb, "gc_tile<32, 32, 16, 16, 16, 5, 2, 0, 0, 0, 8>", 100, 136, 300, ep=True),
+                    C("float32", ta, tb, "gc_tile<32, 64, 16, 16, 32, 5, 4, 112, 64, 1000, 8>", 112, 64, 1000,
+                      ep=True, runs=True),
+                    C("float32", ta, tb, "gc_tile<32, 64, 16, 16, 16, 5, 1, 0, 0, 0, 8>", 70, 40, 100, nans=True)]
+    out += [C("float32", True, False, "gc_tile<32, 64, 16, 16, 16, 5, 1, 0, 0, 0, 8>", 33, 20, 17, batch=3,
+              sa=33 * 17 + 3, sb=20 * 17, sc=33 * 20 + 4, ep=True),
+            C("float32", False, True, "gc_tile<32, 32, 16, 16, 16, 5, 1, 0, 0, 0, 8>", 130, 132, 36, shift=1),
+            C("float32", False, False, "gc_tile<32, 64, 16, 16, 16, 5, 8, 128, 256, 784, 8>", 128, 256, 784,
+              rows="u8", expect_error="float rows only", cuda_only=True)]
+    for index in (True, False):   # (values k / 256 flagged exact: two mma a product)
+        for exact in (False, True):
+            out += [C("float32", True, False, "gc_tile<32, 64, 64, 16, 16, 5, 1, 784, 256, 128, 2>", 784, 256, 128,
+                      rows="f32", index=index, exact=exact),
+                    C("float32", False, False, "gc_tile<32, 64, 56, 16, 16, 5, 8, 128, 256, 784, 2>", 128, 256, 784,
+                      ep=True, rows="f32", index=index, exact=exact)]
     for precision in ("fp32", "tf32"):   # the MLP's GEMMs as the trainer runs them: rows by index, float ones
         for m, n, k, ta in ((1000, 256, 784, False), (784, 256, 1000, True), (128, 256, 784, False),
                             (784, 256, 128, True)):   # for a pipelined fp32 or a wgmma tile (GC_X_FLOAT), else uint8
@@ -382,9 +406,11 @@ def test_choose_tile_errors_and_candidates():
         choose_tile(8, 8, 8, False, False, "fp16")
     with pytest.raises(GCompileError, match="negative"):
         choose_tile(-1, 8, 8, False, False, "fp32")
-    # every candidate is a catalogue tile with a split it supports, and splits keep two K steps each
+    # every candidate is a catalogue tile with a split it supports, and splits keep two K steps each (a short-K
+    # tile, which stages its slice at once, one group of bk)
     for c, tile, split in candidates(784, 256, 1000, "fp32"):
-        assert tile in TILES["fp32"] and split in tile.splits() and 1000 >= 2 * split * tile.bk
+        steps = 1 if tile.tf32 == 5 else 2
+        assert tile in TILES["fp32"] and split in tile.splits() and 1000 >= steps * split * tile.bk
 
 
 def test_which_tiles_read_float_rows_only():
@@ -427,7 +453,7 @@ def test_every_tile_compiles_with_nvcc(tmp_path):
     if not shutil.which("nvcc"):
         pytest.skip("nvcc is not installed")
     lines = ['#include "gc_runtime.h"', '#include "gc_gemm.h"', '#include "gc_gemm_cuda.cuh"',
-             '#include "gc_gemm_tc.cuh"', '#include "gc_gemm_wgmma.cuh"',
+             '#include "gc_gemm_tc.cuh"', '#include "gc_gemm_wgmma.cuh"', '#include "gc_gemm_sk.cuh"',
              "struct ep_mask {",
              "    static constexpr bool prefetch = true;",
              "    const float* aux;",
