@@ -89,7 +89,8 @@ gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
     extern __shared__ float4 gc_sk_dyn[];
     float* const As = (float*)gc_sk_dyn;
     float* const Bs = As + Sm::A_WORDS;
-    gc_gemm_block<T, TA, TB, Tile> g(p);
+    using Block = gc_gemm_block<T, TA, TB, Tile>;
+    Block g(p);
     const T* A = p.A + (RA ? 0 : g.b * p.sa);
     const T* B = p.B + g.b * p.sb;
     T* C = p.C + g.b * p.sc;
@@ -113,7 +114,7 @@ gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
             for (int j = 0; j < NJ; j++) f(wm + 16 * i + gq + 8 * odd, wn + 8 * j + 4 * (tq / 2), &acc[i][j][0]);
     };
     constexpr int NR = MI * NJ;
-    gc_gemm_packs<Ep, NR, S == 1 && gc_gemm_block<T, TA, TB, Tile>::EN && gc_ep_packed<Ep, NR>::value> packs;
+    gc_gemm_packs<Ep, NR, S == 1 && Block::EN && gc_ep_packed<Ep, NR>::value> packs;
     const int lda = TA ? g.M : g.K, ldb = TB ? g.K : g.N;
     // A's row r: a batch row through the image input's indices (RA), else the matrix's
     auto a_row = [&](int r) -> const float* {
@@ -135,8 +136,8 @@ gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
             else gc_sk_copy<BK, BN, LDB, THREADS>(Bs + q * BK * LDB, b_row, B, k0, g.k_end, g.n0, g.N, g.vb);
             gc_cp_commit();
         }
-        if (first) packs.template load<4, !gc_gemm_block<T, TA, TB, Tile>::EM, !gc_gemm_block<T, TA, TB, Tile>::EN, S>(
-            p.ep, g.b, g.m0, g.n0, g.M, g.N, &acc[0][0][0], for_runs);   // the epilogue's operands, meanwhile
+        if (first)   // the epilogue's operands, meanwhile
+            packs.template load<4, !Block::EM, !Block::EN, S>(p.ep, g.b, g.m0, g.n0, g.M, g.N, &acc[0][0][0], for_runs);
         first = false;
         const int groups = min(ST, (g.k_end - kr + BK - 1) / BK);
         // group q of the round into the sums; EX: A's values are tf32 values (two mma a product)
@@ -211,7 +212,7 @@ gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
             if (odd) c[0] = r0, c[1] = r1;
             else c[2] = r0, c[3] = r1;
         }
-    gc_gemm_finish<4, BM, BN, S, THREADS, !gc_gemm_block<T, TA, TB, Tile>::EM, !gc_gemm_block<T, TA, TB, Tile>::EN>(
+    gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(
         (T*)gc_sk_dyn, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc, for_runs, [] {
             gc_cp_wait<0>();
             __syncthreads();   // every warp is past its last reads of the operands

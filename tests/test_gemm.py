@@ -30,6 +30,20 @@ def mlp_gemms(batch):
             (batch, 256, 100, False, True), (784, 256, batch, True, False)]
 
 
+def parts_cases(odd: str, split: str, runs: str, nans: str) -> list[H.Case]:
+    """A family of fp32-on-tensor-core tiles in every transpose case, held to the fp32 tolerances: `odd` on odd
+    shapes, `split` (a split tile, any shape) with the epilogue, `runs` (split 4, specialized for 112 x 64 x 1000)
+    with the epilogue on runs of 4 columns, `nans` with NaN operands."""
+    out = []
+    for ta in (False, True):
+        for tb in (False, True):
+            out += [H.Case("float32", ta, tb, odd, 37, 53, 29, ep=True),
+                    H.Case("float32", ta, tb, split, 100, 136, 300, ep=True),
+                    H.Case("float32", ta, tb, runs, 112, 64, 1000, ep=True, runs=True),
+                    H.Case("float32", ta, tb, nans, 70, 40, 100, nans=True)]
+    return out
+
+
 def cases() -> list[H.Case]:
     C = H.Case
     out = []
@@ -227,13 +241,11 @@ def cases() -> list[H.Case]:
     # tolerances (tf32 not set): every transpose case, odd shapes (element copies), split-K with the epilogue and
     # on runs of 4 columns, eight warps, NaN operands; the MLP's batch-1000 x @ W1 and dW1 with A read in place
     # from uint8 rows (the bytes exact: two mma a product, the sums scaled) and from float rows, by index or not
+    out += parts_cases("gc_tile<64, 64, 32, 32, 32, 3, 1, 0, 0, 0, 4>",
+                       "gc_tile<64, 128, 32, 32, 32, 3, 2, 0, 0, 0, 3>",
+                       "gc_tile<32, 32, 32, 16, 16, 3, 4, 112, 64, 1000, 4>",
+                       "gc_tile<64, 32, 32, 32, 16, 3, 2, 0, 0, 0, 4>")
     for ta in (False, True):
-        for tb in (False, True):
-            out += [C("float32", ta, tb, "gc_tile<64, 64, 32, 32, 32, 3, 1, 0, 0, 0, 4>", 37, 53, 29, ep=True),
-                    C("float32", ta, tb, "gc_tile<64, 128, 32, 32, 32, 3, 2, 0, 0, 0, 3>", 100, 136, 300, ep=True),
-                    C("float32", ta, tb, "gc_tile<32, 32, 32, 16, 16, 3, 4, 112, 64, 1000, 4>", 112, 64, 1000,
-                      ep=True, runs=True),
-                    C("float32", ta, tb, "gc_tile<64, 32, 32, 32, 16, 3, 2, 0, 0, 0, 4>", 70, 40, 100, nans=True)]
         for rows in ("u8", "f32"):
             for index in (True, False):
                 out.append(C("float32", ta, False, "gc_tile<64, 64, 32, 32, 32, 3, 4, 784, 256, 1000, 4>" if ta
@@ -260,13 +272,10 @@ def cases() -> list[H.Case]:
     # batches with gaps and A unaligned; the batch-128 MLP's dW1 and x @ W1 (the catalogue's tiles) with A read
     # in place from float rows, by index or not, exact tf32 values or not; uint8 rows refused (cp.async copies
     # floats only: the trainer converts them, GC_X_FLOAT)
-    for ta in (False, True):
-        for tb in (False, True):
-            out += [C("float32", ta, tb, "gc_tile<32, 64, 16, 16, 16, 5, 1, 0, 0, 0, 8>", 37, 53, 29, ep=True),
-                    C("float32", ta, tb, "gc_tile<32, 32, 16, 16, 16, 5, 2, 0, 0, 0, 8>", 100, 136, 300, ep=True),
-                    C("float32", ta, tb, "gc_tile<32, 64, 16, 16, 32, 5, 4, 112, 64, 1000, 8>", 112, 64, 1000,
-                      ep=True, runs=True),
-                    C("float32", ta, tb, "gc_tile<32, 64, 16, 16, 16, 5, 1, 0, 0, 0, 8>", 70, 40, 100, nans=True)]
+    out += parts_cases("gc_tile<32, 64, 16, 16, 16, 5, 1, 0, 0, 0, 8>",
+                       "gc_tile<32, 32, 16, 16, 16, 5, 2, 0, 0, 0, 8>",
+                       "gc_tile<32, 64, 16, 16, 32, 5, 4, 112, 64, 1000, 8>",
+                       "gc_tile<32, 64, 16, 16, 16, 5, 1, 0, 0, 0, 8>")
     out += [C("float32", True, False, "gc_tile<32, 64, 16, 16, 16, 5, 1, 0, 0, 0, 8>", 33, 20, 17, batch=3,
               sa=33 * 17 + 3, sb=20 * 17, sc=33 * 20 + 4, ep=True),
             C("float32", False, True, "gc_tile<32, 32, 16, 16, 16, 5, 1, 0, 0, 0, 8>", 130, 132, 36, shift=1),
