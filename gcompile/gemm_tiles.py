@@ -84,10 +84,9 @@ class Tile:
     @property
     def float_rows_only(self) -> bool:
         """Whether the kernel copies the image rows it reads in place straight into shared memory (cp.async),
-        so float rows only: the fp32 pipelined, the tf32 wgmma and the short-K tf32-parts (TF32 = 5) kernels. The
-        mma.sync pipeline (tf32 and tf32
-        parts), the wgmma tf32-parts tiles (A transposed: its rows copied as bytes, converted as its fragments are
-        read) and the register-staged kernel take uint8 rows too."""
+        so float rows only: the fp32 pipelined, the tf32 wgmma and the short-K tf32-parts (TF32 = 5) kernels.
+        The mma.sync pipeline (tf32 and tf32 parts), the wgmma tf32-parts tiles (A transposed: its rows copied as
+        bytes, converted as its fragments are read) and the register-staged kernel take uint8 rows too."""
         return self.stages > 0 and self.tf32 not in (1, 3, 4)
 
     @property

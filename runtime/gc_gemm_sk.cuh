@@ -35,7 +35,7 @@ struct gc_sk_smem {
 
 template <bool B> struct gc_sk_bool { static constexpr bool value = B; };
 
-// cp.async.wait_group with a count known at run time (a group index of an unrolled loop): all but the newest n.
+// cp.async.wait_group with a count known at run time (the group loop is not unrolled): all but the newest n.
 template <int MAX>
 __device__ __forceinline__ void gc_cp_wait_upto(int n) {
     if constexpr (MAX > 0) {
