@@ -1041,16 +1041,15 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = S;
     cudaLaunchAttribute* cl = clustered ? &cluster : nullptr;
-    // The fp32 pipelined and the wgmma kernels copy A's rows (cp.async) without converting them: float rows
-    // only where they read the image input in place (gemm_tiles.Tile.float_rows_only; the mma.sync pipeline
-    // converts uint8 rows as it stages them).
-    // (the short-K tensor-core kernel says so itself, gc_gemm_sk_launch)
-    if constexpr (Tile::STAGES > 0 && Tile::TF32 != 1 && Tile::TF32 != 3 && Tile::TF32 != 5 &&
-                  !(Tile::TF32 == 4 && TA)) {
+    // The fp32 pipelined, the wgmma and the short-K tensor-core kernels copy A's rows (cp.async) without
+    // converting them: float rows only where they read the image input in place
+    // (gemm_tiles.Tile.float_rows_only; the mma.sync pipeline converts uint8 rows as it stages them).
+    if constexpr (Tile::STAGES > 0 && Tile::TF32 != 1 && Tile::TF32 != 3 && !(Tile::TF32 == 4 && TA)) {
         if (RA && rows.u8)
             return gc_fail(GC_ERR_ARG, "gc_gemm: a %s tile reads the image input in place from float rows only, "
                            "and these are uint8 (the trainer converts them where such a tile reads them: "
-                           "GC_X_FLOAT)", Tile::TF32 == 2 || Tile::TF32 == 4 ? "wgmma" : "pipelined fp32");
+                           "GC_X_FLOAT)", Tile::TF32 == 5 ? "short-K tensor-core"
+                           : Tile::TF32 == 2 || Tile::TF32 == 4 ? "wgmma" : "pipelined fp32");
     }
     if constexpr (Tile::TF32 == 5) {
         return gc_gemm_sk_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);

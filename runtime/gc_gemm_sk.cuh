@@ -18,8 +18,8 @@
 //   * The end is gc_gemm_finish's, on runs of 4 columns (two lanes' fragment pairs, swapped by a shuffle): the
 //     epilogue, whose operands were loaded as packs while the copies were in flight (gc_gemm_packs), and the
 //     stores; a split's partial tile for its reader (gc_ep_partial); or a cluster's sum.
-// RA: A is the image input read in place from float rows (gc_rows: through its row indices); uint8 rows are
-// refused (gemm_tiles.Tile.float_rows_only: the trainer gives these tiles float rows, GC_X_FLOAT).
+// RA: A is the image input read in place from float rows (gc_rows: through its row indices); gc_gemm_launch
+// refuses uint8 rows (gemm_tiles.Tile.float_rows_only: the trainer gives these tiles float rows, GC_X_FLOAT).
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 // What a TF32 = 5 tile stages: KC k of each operand, rows padded as above; and the block's partial tile for a
@@ -219,13 +219,10 @@ gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
         }, packs, &acc[0][0][0]);
 }
 
-// The launch (gc_gemm_launch has checked the shape, made the grid and the cluster attribute).
+// The launch (gc_gemm_launch has checked the shape and that rows read in place are floats, made the grid and
+// the cluster attribute).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_sk_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
-    if (RA && p.rows.u8)
-        return gc_fail(GC_ERR_ARG, "gc_gemm: a short-K tensor-core tile reads the image input in place from float "
-                       "rows only, and these are uint8 (the trainer converts them where such a tile reads them: "
-                       "GC_X_FLOAT)");
     return gc_gemm_launch_pipelined<gc_gemm_sk_kernel<T, TA, TB, Tile, Ep, RA>, Tile>(
         grid, cluster, gc_sk_smem<TA, TB, Tile>::bytes, p);
 }
