@@ -406,11 +406,11 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
 // The block's tile of C at (m0, n0): blocks walk groups of 8 tile rows column by column, so blocks running
 // together share rows of A and columns of B in L2.
 template <int BM, int BN>
-__device__ __forceinline__ void gc_gemm_origin(int M, int N, int& m0, int& n0) {
+__device__ __forceinline__ void gc_gemm_origin(int M, int N, int& m0, int& n0, int x = blockIdx.x) {
     constexpr int G = 8;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const int group = blockIdx.x / (G * tiles_n), first = group * G;
-    const int rows = min(tiles_m - first, G), local = blockIdx.x - group * G * tiles_n;
+    const int group = x / (G * tiles_n), first = group * G;
+    const int rows = min(tiles_m - first, G), local = x - group * G * tiles_n;
     m0 = (first + local % rows) * BM;
     n0 = local / rows * BN;
 }
@@ -431,13 +431,15 @@ struct gc_gemm_block {
     bool va, vb;
     int m0, n0, b, s, k_begin, k_end, ktiles;
 
+    // x, z: the block's place in the grid (a post kernel's short-K stage passes its own, gc_gemm_sk_post)
     template <class Ep>
-    __device__ __forceinline__ explicit gc_gemm_block(const gc_gemm_params<T, Ep>& p)
+    __device__ __forceinline__ explicit gc_gemm_block(const gc_gemm_params<T, Ep>& p, int x = blockIdx.x,
+                                                      int z = blockIdx.z)
         : M(Tile::SM ? Tile::SM : p.M), N(Tile::SN ? Tile::SN : p.N), K(Tile::SK ? Tile::SK : p.K),
           va((CA == 0 || CA % W == 0) && p.va), vb((CB == 0 || CB % W == 0) && p.vb) {
-        gc_gemm_origin<Tile::BM, Tile::BN>(M, N, m0, n0);
-        b = blockIdx.z / S;
-        s = blockIdx.z % S;
+        gc_gemm_origin<Tile::BM, Tile::BN>(M, N, m0, n0, x);
+        b = z / S;
+        s = z % S;
         const int KS = ((K + S - 1) / S + BK - 1) / BK * BK;    // K per split, a multiple of BK
         k_begin = s * KS;
         k_end = min(K, k_begin + KS);

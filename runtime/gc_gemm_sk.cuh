@@ -75,9 +75,9 @@ __device__ __forceinline__ void gc_sk_copy(float* s, Row&& row, const float* bas
     }
 }
 
+// The tile of grid place (x, z) (gc_gemm_block), in the block's `smem` (gc_sk_smem<TA, TB, Tile>::bytes).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
-__global__ void __launch_bounds__(Tile::THREADS)
-gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
+__device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, int x, int z, float4* smem) {
     static_assert(sizeof(T) == 4, "gc_gemm: tensor-core tiles are for float GEMMs");
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int S = Tile::SPLIT, THREADS = Tile::THREADS, ST = Tile::STAGES;
@@ -86,11 +86,10 @@ gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
     constexpr int KC = Sm::KC, LDA = Sm::LDA, LDB = Sm::LDB;
     static_assert(TM % 16 == 0 && TN % 8 == 0 && BM % TM == 0 && BN % TN == 0 && BK % 8 == 0 && ST >= 1,
                   "gc_gemm: a TF32 = 5 tile is warps of 16 x 8 multiples, K groups of 8 multiples");
-    extern __shared__ float4 gc_sk_dyn[];
-    float* const As = (float*)gc_sk_dyn;
+    float* const As = (float*)smem;
     float* const Bs = As + Sm::A_WORDS;
     using Block = gc_gemm_block<T, TA, TB, Tile>;
-    Block g(p);
+    Block g(p, x, z);
     const T* A = p.A + (RA ? 0 : g.b * p.sa);
     const T* B = p.B + g.b * p.sb;
     T* C = p.C + g.b * p.sc;
@@ -213,10 +212,17 @@ gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
             else c[2] = r0, c[3] = r1;
         }
     gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(
-        (T*)gc_sk_dyn, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc, for_runs, [] {
+        (T*)smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc, for_runs, [] {
             gc_cp_wait<0>();
             __syncthreads();   // every warp is past its last reads of the operands
         }, packs, &acc[0][0][0]);
+}
+
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+__global__ void __launch_bounds__(Tile::THREADS)
+gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
+    extern __shared__ float4 gc_sk_dyn[];
+    gc_gemm_sk_tile<T, TA, TB, Tile, Ep, RA>(p, blockIdx.x, blockIdx.z, gc_sk_dyn);
 }
 
 // The launch (gc_gemm_launch has checked the shape and that rows read in place are floats, made the grid and

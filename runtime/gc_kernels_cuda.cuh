@@ -666,6 +666,18 @@ __device__ void gc_col_gemm(AL a, const T* B, T* C, Ep ep, int block, void* smem
     }
 }
 
+// A chain's post kernel's weight gradient C = ep(A^T B) (A K x M, B K x N, float32, one matrix, no split) on
+// this tile (lowering.post: its THREADS are the post kernel's GC_BLOCK), tile `tile` of it by this block, in
+// the post kernel's dynamic shared memory.
+template <class Tile, class Ep>
+__device__ __forceinline__ void gc_gemm_sk_post(const float* A, const float* B, float* C, int M, int N, int K,
+                                                Ep ep, int tile, float4* smem) {
+    static_assert(Tile::SPLIT == 1 && Tile::THREADS == GC_BLOCK, "gc_gemm_sk_post: a post kernel's block, no split");
+    auto vec = [](const void* ptr, int contiguous) { return contiguous % 4 == 0 && (uintptr_t)ptr % 16 == 0; };
+    const gc_gemm_params<float, Ep> p = {A, B, C, M, N, K, 0, 0, 0, ep, gc_rows{}, vec(A, M), vec(B, N), vec(C, N)};
+    gc_gemm_sk_tile<float, true, false, Tile, Ep, false>(p, tile, 0, smem);
+}
+
 // Rows row0 .. row0 + R - 1 of a split GEMM's C (M x N) = ep(the sum of its S splits' partial tiles), which the
 // GEMM stored at part + q * M * N (gc_ep_partial) instead of summing them over a cluster: added in split order
 // from 0, as the cluster's sum does (the same bits), read from L2 (the GEMM wrote them in the launch before:

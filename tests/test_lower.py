@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gcompile as gc
-from gcompile.passes.lower import BLOCK, ELEMENT_REGISTERS, VECTOR, lower, prefetch_globals
+from gcompile.passes.lower import BLOCK, ELEMENT_REGISTERS, POST_SK_TILE, VECTOR, lower, prefetch_globals
 from gcompile.pipeline import compile_program
 
 from conftest import load_example
@@ -483,9 +483,36 @@ def test_the_mlp_post_kernel_runs_beside_the_large_weight_gradient():
     kinds = [k.kind for k in src.kernels["train"]]
     assert kinds == ["matmul", "chain", "post", "matmul"]
     post = src.kernels["train"][2]
-    assert [(v["m"], v["n"], v["k"]) for v in post.values["gemms"]] == [(100, 10, 128), (256, 100, 128)]
+    # dW3 through gc_col_gemm; dW2 (3.3M multiply-adds, N a multiple of 4) on the short-K tensor-core tile
+    assert [(v["m"], v["n"], v["k"]) for v in post.values["gemms"]] == [(100, 10, 128)]
+    sk = [v for v in post.values["stages"] if v.get("sk")]
+    assert [(v["m"], v["n"], v["k"], v["blocks"]) for v in sk] == [(256, 100, 128, 32)]
+    assert post.values["sk_smem"] == POST_SK_TILE.smem_bytes() and "gc_gemm_sk_post<gc_tile<32, 32, 64" in src.source
+    assert "GEMM 256x100 K 128 (A^T B) on 32 blocks of 32x32x64/16x8/3xtf32sk/cp2" in post.comment
     assert "train: 4 kernels on 2 stream(s)" in src.source
     assert "post" not in [k.kind for k in compile_program(mlp_program(1000), "cuda").kernels["train"]]
+
+
+@pytest.mark.gpu
+def test_the_post_kernels_short_k_weight_gradient_trains_as_its_column_gemm_does(tmp_path, monkeypatch):
+    """MLP b128: 5 train steps with dW2 (and W2's update, its epilogue) on the post kernel's short-K tensor-core
+    tile (gc_gemm_sk_post: three tf32 parts a product) and on gc_col_gemm (float32 FMAs) give the same losses,
+    parameters and eval logits to float rounding; the first loss is numpy's."""
+    artifacts = mlp_builds_with_and_without(tmp_path, monkeypatch, "gc_gemm_sk_post<gc_tile", ["post_short_k"])
+    rng = np.random.RandomState(9)
+    x, y = rng.rand(128, 784).astype(np.float32), rng.randint(0, 10, 128).astype(np.int32)
+    with gc.load(artifacts["with"]) as a, gc.load(artifacts["without"]) as b:
+        w2 = a.get("W2")
+        losses = np.array([(a.train_step(x, y), b.train_step(x, y)) for _ in range(5)])
+        assert np.abs(a.get("W2") - w2).max() > 1e-4   # (W2 moved: the update ran)
+        np.testing.assert_allclose(losses[:, 0], losses[:, 1], rtol=1e-5)
+        for name in a.variables:
+            np.testing.assert_allclose(a.get(name), b.get(name), rtol=1e-4, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(a.forward(x)["logits"], b.forward(x)["logits"], rtol=1e-4, atol=1e-5)
+    program = mlp_program(128)
+    placeholders = {p.name: p for p in program.inputs}
+    reference = gc.NumpyExecutor([program.loss]).run({placeholders["x"]: x, placeholders["y"]: y})[0]
+    assert np.isclose(losses[0, 0], reference, rtol=1e-4)
 
 
 def test_the_mlp_train_step_chains_its_row_local_kernels():

@@ -40,6 +40,12 @@ STAGED_MAX = 128 * 1024           # bytes of Bs a chain may copy into each block
 # lane at N <= 32; its warps' partial sums take at most POST_SMEM bytes of shared memory. H100, logistic
 # regression b128 (dW 784 x 10 x 128), one run: 3 rows a block 7.27 us a step, 1 row 8.42, 6 rows 9.41.
 POST_OUTPUTS = 32
+# A post kernel's weight gradient of POST_SK_MIN multiply-adds or more (float32, M and N multiples of 4, A not the
+# image input) runs on the short-K tensor-core tile (gc_gemm_sk_post: 8 warps of 16 x 8, the post kernel's 256
+# threads; all of K up to 128 staged at once) instead of gc_col_gemm: the MLP's dW2 at batch 128 on 32 blocks
+# instead of 256 (docs/compiler.md).
+POST_SK_TILE = Tile(32, 32, 64, 16, 8, 5, stages=2)
+POST_SK_MIN = 1 << 20
 POST_SMEM = 32768
 VECTOR = 4                       # elements per vector access of a map kernel (16 bytes of float32)
 # A segment whose block takes one slice a round (a chain's stage at a row a block) and whose thread takes that
@@ -441,11 +447,23 @@ class Lowering:
             for i in range(j):
                 if overlap(wr[i], rd[j] + wr[j]) or overlap(wr[j], rd[i]):
                     return None
-        stages, gemms, segments, details, groups, what, first = [], [], [], [], [], [], 0
+        stages, gemms, segments, details, groups, what, first, sk_smem = [], [], [], [], [], [], 0, 0
         for i, node in enumerate(after):
             if gemm_of(node) is not None:
                 v = self.gemm_step(node)
                 v["gemm"] = True
+                if self.post_short_k(v):
+                    tile = POST_SK_TILE
+                    v["sk"] = tile.c_type(1, v["m"], v["n"], v["k"])
+                    v["first"], v["blocks"] = first, -(-v["m"] // tile.bm) * -(-v["n"] // tile.bn)
+                    first += v["blocks"]
+                    sk_smem = max(sk_smem, tile.smem_bytes())
+                    what.append(f"GEMM {v['m']}x{v['n']} K {v['k']} (A^T B) on {v['blocks']} blocks of "
+                                f"{tile.name}")
+                    stages.append(v)
+                    details += [describe(x) for x in (node.attrs["group"].members if node.op == "fused" else [node])]
+                    groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
+                    continue
                 v["rows_c"] = max(1, POST_OUTPUTS // v["n"])
                 v["first"], v["blocks"] = first, -(-v["m"] // v["rows_c"])
                 first += v["blocks"]
@@ -464,15 +482,28 @@ class Lowering:
             groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
         if first > 8192:
             return None
+        # the short-K stages' staging (dynamic), the reductions' scratch and gc_col_gemm's partials (static)
+        col = max([BLOCK // 32 * g["rows_c"] * g["n"] * 4 for g in gemms] + [16])
+        if sk_smem and sk_smem + 8 * BLOCK + col > 48 * 1024:
+            return None
         writes = sorted(set(w for x in wr for w in x))
         prefetch_globals(segments, writes)
         fused = [g for node, g in zip(after, groups) if node.op == "fused"]
         text = "; ".join(f"{g} {w}" for g, w in zip(groups, what))
         return Kernel("post", self.name, f"{self.direction}: after chain {kernel_key(chain.name)}, {len(after)} "
                       f"stages: {text}", {"stages": stages, "gemms": gemms, "blocks": first,
-                                          "rows_input": any(v["rows"] for v in gemms), "next": None},
+                                          "rows_input": any(v["rows"] for v in gemms), "next": None,
+                                          "sk_smem": sk_smem},
                       details, fused[0] if fused else None, reads=sorted(set(r for x in rd for r in x)),
                       writes=writes + workspaces({"segments": segments}), fused=fused[1:])
+
+    def post_short_k(self, v: dict) -> bool:
+        """Whether a post kernel's GEMM stage runs on POST_SK_TILE (above): cuda, float32, C = A^T B with M and N
+        multiples of 4 (16-byte copies) and A not the image input, at least POST_SK_MIN multiply-adds (post()
+        checks that the kernel's shared memory stays under the 48 KB a block gets unasked)."""
+        return (self.target == "cuda" and BLOCK == POST_SK_TILE.threads and v["ctype"] == "float"
+                and v["trans_a"] and not v["trans_b"] and not v["rows"] and v["batch"] == 1
+                and v["m"] % 4 == 0 and v["n"] % 4 == 0 and v["m"] * v["n"] * v["k"] >= POST_SK_MIN)
 
     def lower_matmul(self, node: Node):
         return "matmul", self.gemm_step(node)
