@@ -67,7 +67,8 @@ def test_a_diamond_runs_its_two_middle_kernels_on_two_streams():
 def test_the_stream_goes_on_with_the_heir_of_a_fork():
     """Of a kernel's successors the one with the most GEMM work on its path to the step's end continues its
     stream (launched programmatically right after it); the others wait for an event on streams of their own.
-    A chain's post kernel is always the chain's heir."""
+    A chain's post kernel whose GEMM stages run on CUDA cores is the chain's heir; one with a stage on the
+    short-K tensor-core tile ("sk") is not preferred."""
     def gemm(m, n, k, reads, writes, kind="matmul"):
         g = Kernel(kind, "k", "", reads=list(reads), writes=list(writes))
         g.values.update(m=m, n=n, k=k) if kind == "matmul" else g.values.update(
@@ -85,6 +86,10 @@ def test_the_stream_goes_on_with_the_heir_of_a_fork():
           gemm(64, 64, 64, [(0, 10)], [(20, 30)])]
     assert assign_streams(ks) == 2
     assert ks[1].values["stream"] == 0 and ks[2].values["stream"] == 1
+    assert_ordered(ks)
+    ks[1].values["stages"][0]["sk"] = "gc_tile<...>"
+    assert assign_streams(ks) == 2
+    assert ks[2].values["stream"] == 0 and ks[1].values["stream"] == 1
     assert_ordered(ks)
     src = compile_program(mlp_program(1000), "cuda")   # dW1 = x^T dh1 (the largest GEMM) after the chain
     train = src.kernels["train"]
@@ -174,7 +179,9 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
         if hook["in_post"]:
             post = train[hook["after"] + 1]
             assert post.kind == "post" and post.values["next"] == {"batch": 128, "row": 784}
-            assert post.values["stream"] == train[hook["after"]].values["stream"]
+            # (beside dW1, which continues the chain's stream: streams.heirs) after the chain's event
+            chain = train[hook["after"]]
+            assert post.values["stream"] != chain.values["stream"] and chain.values["record"] in post.values["waits"]
             assert lines[at - 1].startswith("if (!hook || !hook->next)")
             at -= 1
         assert lines[at - 1] in (f"GC_TRY({train[hook['after']].name}(A));", f"GC_TRY(gc_record({train[hook['after']].values['record']}));")

@@ -164,11 +164,12 @@ def next_batch_hook(train: list, plan, module, target: str = "cpu") -> dict | No
     where x is read
     through batch rows (a gathered x's buffer is read by the step until its end): {"after": kernel index,
     "mask": the streams' bits, "in_post": ...}, or None. in_post: where the trainer gathers the batches'
-    values (plan_memory.gathered_rows) and the kernel right after is a chain's post kernel on the same
-    stream as every kernel that touches the labels or the loss, the cuda step gathers the next batch in that
-    post kernel's own last blocks instead (a row a block, gc_next_rows): the next step's first kernel then
-    follows the post kernel programmatically rather than waiting for the hook's stream (H100, logistic
-    regression b128: see docs/compiler.md)."""
+    values (plan_memory.gathered_rows) and the kernel right after is a chain's post kernel that follows every
+    kernel that touches the labels or the loss (on its stream, or waiting for the event recorded after it),
+    the cuda step gathers the next batch in that post kernel's own last blocks instead (a row a block,
+    gc_next_rows): the next step's first kernel then follows the post kernel (programmatically where they
+    share a stream) rather than waiting for the hook's stream (H100, logistic regression b128: see
+    docs/compiler.md). The MLP at batch 128 has its post kernel on the other stream, beside dW1 (streams.heirs)."""
     trainer = module.trainer
     if not trainer or module.loss is None or not plan.buffer_of(trainer["x"]).rows:
         return None
@@ -180,8 +181,11 @@ def next_batch_hook(train: list, plan, module, target: str = "cpu") -> dict | No
         return None
     after, streams = max(touching), {train[i].values.get("stream", 0) for i in touching}
     post = train[after + 1] if after + 1 < len(train) else None
-    in_post = (target == "cuda" and gathered_rows(trainer["x"]) and post is not None and post.kind == "post"
-               and streams == {post.values.get("stream", 0)})
+    # the post kernel follows each of them: on its stream, or waiting for the event recorded after it
+    follows = post is not None and all(train[i].values.get("stream", 0) == post.values.get("stream", 0) or
+                                       train[i].values.get("record") in post.values.get("waits", [])
+                                       for i in touching)
+    in_post = target == "cuda" and gathered_rows(trainer["x"]) and post is not None and post.kind == "post" and follows
     return {"after": after, "mask": sum(1 << s for s in streams), "in_post": in_post}
 
 

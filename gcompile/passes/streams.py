@@ -13,8 +13,8 @@ kernel its direct predecessors. Streams are assigned in schedule order: a kernel
 last kernel is a predecessor whose heir it is; one without such a stream opens a new one (at most
 MAX_STREAMS, then the stream of its latest predecessor, or the one whose last kernel is oldest); it waits on
 an event recorded after each predecessor on another stream. A kernel's heir (`heirs`) is the successor
-that keeps its stream: a chain's post kernel, else the successor with the most GEMM work on its longest
-path to the step's end (the critical path, by multiply-adds), the first in schedule order on a tie; the
+that keeps its stream: a chain's post kernel whose GEMMs run on CUDA cores, else the successor with the most
+GEMM work on its longest path to the step's end (the critical path, by multiply-adds), the first in schedule order on a tie; the
 others open streams of their own. The heir follows on the same stream, launched programmatically (it
 starts as its predecessor ends), while a kernel on another stream waits for an event, which starts it about
 a microsecond later. The step begins with a fork (every stream used waits for what came before on stream 0, where the runtime's own
@@ -54,16 +54,20 @@ def gemm_work(kernel) -> int:
 
 
 def heirs(g: nx.DiGraph, kernels) -> dict[int, int]:
-    """Each kernel's heir: a chain's post kernel (lower.py: built to follow the chain on its stream), else
-    its successor with the most GEMM work on a path to the step's end (the first in schedule order on a tie).
-    By work alone the MLP's dW1 (25.7M multiply-adds at batch 128) would take the stream from the post kernel
-    (3.4M, at a lower rate: about as long); measured, that was slower (H100, trainer steps: 22.46 -> 23.02 us),
-    while at batch 1000, without a post kernel, dW1 after the chain gave 55.10 -> 53.48 us (fp32) and 46.03
-    -> 42.86 (tf32)."""
+    """Each kernel's heir: a chain's post kernel (lower.py: built to follow the chain on its stream) whose GEMM
+    stages run on CUDA cores (gc_col_gemm), else its successor with the most GEMM work on a path to the step's
+    end (the first in schedule order on a tie). By work alone the MLP's dW1 (25.7M multiply-adds at batch 128)
+    would take the stream from the post kernel (3.4M); with dW2 on gc_col_gemm's 256 blocks that was slower
+    (H100, trainer steps: 22.46 -> 23.02 us, and again at 14.06 -> 14.20 and 15.51 -> 15.59), while at batch
+    1000, without a post kernel, dW1 after the chain gave 55.10 -> 53.48 us (fp32) and 46.03 -> 42.86 (tf32).
+    With dW2 on the post kernel's short-K tensor-core tile (a stage with "sk", 32 blocks) the post kernel is
+    short and dW1 takes the stream: 13.04 -> 12.70 us (H100, b128 fp32, 8 interleaved rounds)."""
+    def col_post(k) -> bool:
+        return k.kind == "post" and not any(v.get("sk") for v in k.values.get("stages", []))
     path = {}
     for j in reversed(range(len(kernels))):
         path[j] = gemm_work(kernels[j]) + max((path[s] for s in g.successors(j)), default=0)
-    return {i: min(g.successors(i), key=lambda s: (kernels[s].kind != "post", -path[s], s))
+    return {i: min(g.successors(i), key=lambda s: (not col_post(kernels[s]), -path[s], s))
             for i in g if g.out_degree(i)}
 
 
