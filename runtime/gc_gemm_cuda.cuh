@@ -30,6 +30,12 @@ struct gc_gemm_params {
     bool va, vb, vc;   // 16-byte accesses allowed: loads of A, of B (along their contiguous dimension), stores of C
 };
 
+// Whether an operand's 16-byte accesses of `width` elements are allowed: its contiguous dimension, the
+// pointer and (batch > 1) the batch stride allow them (gc_gemm_params' va, vb, vc).
+GC_HD inline bool gc_gemm_vectors(const void* ptr, int contiguous, long long stride, int width, int batch) {
+    return contiguous % width == 0 && (uintptr_t)ptr % 16 == 0 && (batch == 1 || stride % width == 0);
+}
+
 // 16-byte loads and stores of 4 (float) or 2 (double) elements, and runs of 4 / 2 elements.
 __device__ __forceinline__ void gc_ld16(const float* p, float* o) {
     float4 v = *reinterpret_cast<const float4*>(p);
@@ -1019,13 +1025,8 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
     GC_TRY(gc_gemm_check<Tile>(M, N, K, batch));
     if (M == 0 || N == 0 || batch == 0) return GC_OK;
     constexpr int W = 16 / sizeof(T), S = Tile::SPLIT;
-    // 16-byte accesses need the contiguous dimension, the batch stride and the pointer to allow them.
-    auto vectors = [&](const void* ptr, int contiguous, long long stride, int width) {
-        return contiguous % width == 0 && (uintptr_t)ptr % 16 == 0 && (batch == 1 || stride % width == 0);
-    };
-    gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep, rows,
-                               vectors(A, TA ? M : K, sa, W), vectors(B, TB ? K : N, sb, W),
-                               vectors(C, N, sc, 4)};
+    gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep, rows, gc_gemm_vectors(A, TA ? M : K, sa, W, batch),
+                               gc_gemm_vectors(B, TB ? K : N, sb, W, batch), gc_gemm_vectors(C, N, sc, 4, batch)};
     const long long tiles = (long long)((M + Tile::BM - 1) / Tile::BM) * ((N + Tile::BN - 1) / Tile::BN);
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
         return gc_fail(GC_ERR_ARG, "gc_gemm: M=%d N=%d batch=%d is too large for one launch", M, N, batch);

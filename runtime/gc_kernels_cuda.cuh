@@ -673,8 +673,8 @@ template <class Tile, class Ep>
 __device__ __forceinline__ void gc_gemm_sk_post(const float* A, const float* B, float* C, int M, int N, int K,
                                                 Ep ep, int tile, float4* smem) {
     static_assert(Tile::SPLIT == 1 && Tile::THREADS == GC_BLOCK, "gc_gemm_sk_post: a post kernel's block, no split");
-    auto vec = [](const void* ptr, int contiguous) { return contiguous % 4 == 0 && (uintptr_t)ptr % 16 == 0; };
-    const gc_gemm_params<float, Ep> p = {A, B, C, M, N, K, 0, 0, 0, ep, gc_rows{}, vec(A, M), vec(B, N), vec(C, N)};
+    const gc_gemm_params<float, Ep> p = {A, B, C, M, N, K, 0, 0, 0, ep, gc_rows{}, gc_gemm_vectors(A, M, 0, 4, 1),
+                                         gc_gemm_vectors(B, N, 0, 4, 1), gc_gemm_vectors(C, N, 0, 4, 1)};
     gc_gemm_sk_tile<float, true, false, Tile, Ep, false>(p, tile, 0, smem);
 }
 

@@ -656,9 +656,9 @@ static int gc_trainer(const char* argv0, const gc_options* o) {
                    (long long)L.steps, (unsigned long long)m->state.step);
         // The starting parameters' validation accuracy, before the clock starts. It also puts the evaluation
         // graph through the device once: until another graph had run after the captures, the training graph's
-        // replays ran slower (H100, MLP b128: the first epoch 0.35 ms slower than the rest, each step by
-        // about as much; a device sync, a 20 ms pause or the evaluation's kernels launched without their graph
-        // left it so; this replay removes it. docs/compiler.md).
+        // replays ran slower (H100, MLP b128: the first epoch 0.35 ms slower than the rest, about 0.9 us a
+        // step all through; a device sync, a 20 ms pause or the evaluation's kernels launched without their
+        // graph left it so; this replay removes it. docs/compiler.md).
         if ((rc = gc_evaluate(&L, &accuracy))) goto done;
         printf("val_acc %.4f before this run's first step\n", accuracy);
         fflush(stdout);

@@ -435,8 +435,8 @@ class Lowering:
         """A chain's post stages (chain.post_stages) as one kernel launched right after the chain's, or None
         where they do not qualify (they then stay kernels of their own). Each runs on its own range of blocks:
         a GEMM C = ep(A^T B) through gc_col_gemm (B the batch's rows the chain wrote, A perhaps the image
-        input read in place) on blocks of POST_OUTPUTS // N rows of C, a fused group's segments on as many
-        blocks as each needs. On the arena's bytes no post stage may write what another reads or writes, nor
+        input read in place) on blocks of POST_OUTPUTS // N rows of C, or on POST_SK_TILE's tiles where
+        post_short_k says so, a fused group's segments on as many blocks as each needs. On the arena's bytes no post stage may write what another reads or writes, nor
         what the chain writes."""
         self.name = c_name(after[-1], index)
         rd = [self.ranges(n.inputs) for n in after]
@@ -453,24 +453,19 @@ class Lowering:
                 v = self.gemm_step(node)
                 v["gemm"] = True
                 if self.post_short_k(v):
-                    tile = POST_SK_TILE
-                    v["sk"] = tile.c_type(1, v["m"], v["n"], v["k"])
-                    v["first"], v["blocks"] = first, -(-v["m"] // tile.bm) * -(-v["n"] // tile.bn)
-                    first += v["blocks"]
-                    sk_smem = max(sk_smem, tile.smem_bytes())
-                    what.append(f"GEMM {v['m']}x{v['n']} K {v['k']} (A^T B) on {v['blocks']} blocks of "
-                                f"{tile.name}")
-                    stages.append(v)
-                    details += [describe(x) for x in (node.attrs["group"].members if node.op == "fused" else [node])]
-                    groups.append(node.attrs["group"].describe() if node.op == "fused" else node.name)
-                    continue
-                v["rows_c"] = max(1, POST_OUTPUTS // v["n"])
-                v["first"], v["blocks"] = first, -(-v["m"] // v["rows_c"])
+                    v["sk"] = POST_SK_TILE.c_type(1, v["m"], v["n"], v["k"])
+                    v["blocks"] = -(-v["m"] // POST_SK_TILE.bm) * -(-v["n"] // POST_SK_TILE.bn)
+                    sk_smem, on = max(sk_smem, POST_SK_TILE.smem_bytes()), f" of {POST_SK_TILE.name}"
+                else:
+                    v["rows_c"] = max(1, POST_OUTPUTS // v["n"])
+                    v["blocks"], on = -(-v["m"] // v["rows_c"]), ""
+                    v["col_bytes"] = BLOCK // 32 * v["rows_c"] * v["n"] * 4
+                    if v["col_bytes"] > POST_SMEM:   # gc_col_gemm_shape::bytes (float)
+                        return None
+                    gemms.append(v)
+                v["first"] = first
                 first += v["blocks"]
-                if BLOCK // 32 * v["rows_c"] * v["n"] * 4 > POST_SMEM:   # gc_col_gemm_shape::bytes (float)
-                    return None
-                gemms.append(v)
-                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']} (A^T B) on {v['blocks']} blocks")
+                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']} (A^T B) on {v['blocks']} blocks{on}")
             else:
                 group = node.attrs["group"]
                 v = {"gemm": False, "segments": self.segments(group, f"{self.name}_s{i}_", first)}
@@ -483,8 +478,7 @@ class Lowering:
         if first > 8192:
             return None
         # the short-K stages' staging (dynamic), the reductions' scratch and gc_col_gemm's partials (static)
-        col = max([BLOCK // 32 * g["rows_c"] * g["n"] * 4 for g in gemms] + [16])
-        if sk_smem and sk_smem + 8 * BLOCK + col > 48 * 1024:
+        if sk_smem and sk_smem + 8 * BLOCK + max([g["col_bytes"] for g in gemms] + [16]) > 48 * 1024:
             return None
         writes = sorted(set(w for x in wr for w in x))
         prefetch_globals(segments, writes)

@@ -14,8 +14,8 @@ last kernel is a predecessor whose heir it is; one without such a stream opens a
 MAX_STREAMS, then the stream of its latest predecessor, or the one whose last kernel is oldest); it waits on
 an event recorded after each predecessor on another stream. A kernel's heir (`heirs`) is the successor
 that keeps its stream: a chain's post kernel whose GEMMs run on CUDA cores, else the successor with the most
-GEMM work on its longest path to the step's end (the critical path, by multiply-adds), the first in schedule order on a tie; the
-others open streams of their own. The heir follows on the same stream, launched programmatically (it
+GEMM work on its longest path to the step's end (the critical path, by multiply-adds), the first in schedule
+order on a tie; the others open streams of their own. The heir follows on the same stream, launched programmatically (it
 starts as its predecessor ends), while a kernel on another stream waits for an event, which starts it about
 a microsecond later. The step begins with a fork (every stream used waits for what came before on stream 0, where the runtime's own
 kernels run) and ends with a join (stream 0 waits for every other stream), so steps still follow each
