@@ -136,6 +136,29 @@ def test_target_accuracy_stops_training(artifact, dataset, tmp_path):
     assert len(epochs) == 2 and "target val_acc 0.9900 not reached in 2 epochs" in out
 
 
+def test_the_trainer_reports_the_accuracy_it_starts_from(artifact, dataset, tmp_path):
+    """Before its first step the trainer evaluates the parameters it starts from (outside the timed loop): the
+    initial values' accuracy, as `eval` gives it and as numpy does (to an example); a resumed run's, that of
+    the epoch it resumes after."""
+    evaluated = subprocess.run([artifact.binary, "eval", "--data", str(dataset)], capture_output=True, text=True,
+                               timeout=600)
+    assert evaluated.returncode == 0, evaluated.stderr
+    initial = re.search(r"valid accuracy ([0-9.]+) \(41 examples\)", evaluated.stdout).group(1)
+    images = np.load(dataset / "valid_images.npy").astype(np.float32) * SCALE
+    labels = np.load(dataset / "valid_labels.npy")
+    padded = images[np.minimum(np.arange(-(-len(labels) // BATCH) * BATCH), len(labels) - 1)]
+    forward = gc.NumpyExecutor([program().outputs["logits"]])
+    logits = np.concatenate([forward.run({"x": padded[i:i + BATCH]})[0] for i in range(0, len(padded), BATCH)])
+    assert float(initial) == pytest.approx(np.mean(logits[:len(labels)].argmax(axis=1) == labels), abs=1 / 41)
+    epochs, _, out = train(artifact, dataset, tmp_path, "--epochs", "1", tag="first")
+    lines = out.splitlines()
+    at = lines.index(f"val_acc {initial} before this run's first step")
+    assert lines[at + 1].startswith("epoch 1/1")
+    _, _, out = train(artifact, dataset, tmp_path, "--epochs", "2", "--resume", str(tmp_path / "first.ckpt"),
+                      tag="second")
+    assert f"val_acc {epochs[-1]['val_acc']:.4f} before this run's first step" in out
+
+
 def test_time_steps_runs_the_steps_it_times(artifact):
     r = np.random.RandomState(2)
     x = r.uniform(0, 1, (BATCH, FEATURES)).astype(np.float32)
