@@ -127,6 +127,17 @@ __device__ __forceinline__ void gc_mma_tf32(float* d, const uint32_t* a, const u
     __trap();   // tf32 tiles need sm_80 or newer
 #endif
 }
+// acc += part, fragment by fragment: the tf32-parts kernels' mma sums of a K step or group, made from zero
+// (the tensor cores truncate as they accumulate), added into the fp32 sums.
+template <int MI, int NJ>
+__device__ __forceinline__ void gc_mma_add(float (&acc)[MI][NJ][4], const float (&part)[MI][NJ][4]) {
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) acc[i][j][r] += part[i][j][r];
+}
 
 // Thread-block clusters (sm_90) in PTX: the cluster barrier (release / acquire: shared-memory writes before
 // it are seen by every block of the cluster after it; arrive and wait may be apart), this block's rank, and

@@ -186,12 +186,7 @@ __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, 
                     }
                 }
             }
-#pragma unroll
-            for (int i = 0; i < MI; i++)
-#pragma unroll
-                for (int j = 0; j < NJ; j++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++) acc[i][j][r] += part[i][j][r];
+            gc_mma_add(acc, part);
         };
 #pragma unroll 1
         for (int q = 0; q < groups; q++) {

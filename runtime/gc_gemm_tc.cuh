@@ -315,14 +315,7 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
                 for (int j = 0; j < NI; j++) gc_mma_tf32(acc[i][j], af[set][i], bf[set][j]);
         }
     }, [&] {
-        if constexpr (X3) {
-#pragma unroll
-            for (int i = 0; i < MI; i++)
-#pragma unroll
-                for (int j = 0; j < NI; j++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++) acc[i][j][r] += part[i][j][r];
-        }
+        if constexpr (X3) gc_mma_add(acc, part);
     });
     if constexpr (EXACT) {   // the bytes' sums, scaled as gc_pixel scales a byte
         const float k = p.rows.scale;

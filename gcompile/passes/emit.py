@@ -185,7 +185,7 @@ def next_batch_hook(train: list, plan, module, target: str = "cpu") -> dict | No
     follows = post is not None and all(train[i].values.get("stream", 0) == post.values.get("stream", 0) or
                                        train[i].values.get("record") in post.values.get("waits", [])
                                        for i in touching)
-    in_post = target == "cuda" and gathered_rows(trainer["x"]) and post is not None and post.kind == "post" and follows
+    in_post = target == "cuda" and gathered_rows(trainer["x"]) and follows and post.kind == "post"
     return {"after": after, "mask": sum(1 << s for s in streams), "in_post": in_post}
 
 
