@@ -5,6 +5,8 @@
 #include "gc_gemm_cuda.cuh"
 #include "gc_gemm_tc.cuh"
 #include "gc_gemm_wgmma.cuh"
+#include "gc_gemm_sk.cuh"
+#include "gc_gemm_ws.cuh"
 
 // Forward: bias + ReLU (bias alone for the logits); backward: the ReLU mask on the data gradient, where the
 // mask is the forward pre-activation (M, N) and the gradient passes where it is > 0.

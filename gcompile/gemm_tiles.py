@@ -60,16 +60,19 @@ class Tile:
     #                   4: wgmma on tf32 parts (an fp32 tile, A transposed and B not only: gc_gemm_wg_kernel)
     #                   5: as 3, a short K slice staged whole (gc_gemm_sk_kernel: `stages` groups of bk k, all in
     #                      flight at once; a warp's TM x TN tile)
+    #                   6: as 2, warp-specialized (gc_gemm_ws_kernel: bm / 64 consumer warpgroups of 64 x bn and a
+    #                      producer warpgroup; bk 32; A not transposed only)
     stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
     kw: int = 1       # fp32 pipelined tiles: groups of threads sharing out each K step's k (KW of gc_tile)
 
     @property
     def threads(self) -> int:
-        return (self.bm // self.tm) * (self.bn // self.tn) * (128 if self.wgmma else 32 if self.tf32 else 1) * self.kw
+        return ((self.bm // self.tm) * (self.bn // self.tn) * (128 if self.wgmma else 32 if self.tf32 else 1) * self.kw
+                + 128 * (self.tf32 == 6))   # (the producer warpgroup)
 
     @property
     def wgmma(self) -> bool:
-        return self.tf32 in (2, 4)
+        return self.tf32 in (2, 4, 6)
 
     @property
     def parts(self) -> bool:
@@ -78,7 +81,10 @@ class Tile:
 
     def fits(self, trans_a: bool, trans_b: bool) -> bool:
         """Whether this tile computes a GEMM of these transposes: all of them, but the wgmma tf32-parts tiles
-        only A^T B (a weight gradient: B's steps pass through registers, where its parts are made)."""
+        only A^T B (a weight gradient: B's steps pass through registers, where its parts are made), the
+        warp-specialized ones A not transposed only (its rows are copied into the layout as they lie)."""
+        if self.tf32 == 6:
+            return not trans_a
         return self.tf32 != 4 or (trans_a and not trans_b)
 
     @property
@@ -91,7 +97,7 @@ class Tile:
 
     @property
     def name(self) -> str:
-        kind = {0: "fp32", 1: "tf32", 2: "wgmma", 3: "3xtf32", 4: "3xwgmma", 5: "3xtf32sk"}[self.tf32]
+        kind = {0: "fp32", 1: "tf32", 2: "wgmma", 3: "3xtf32", 4: "3xwgmma", 5: "3xtf32sk", 6: "wgmma-ws"}[self.tf32]
         return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{kind}"
                 + (f"/cp{self.stages}" if self.stages else "") + (f"/kw{self.kw}" if self.kw > 1 else ""))
 
@@ -100,6 +106,11 @@ class Tile:
             kc = self.bk * self.stages
             side = lambda x: max(kc * (x + 8), x * (kc + 4))  # noqa: E731
             return max(side(self.bm) + side(self.bn), (split > 1) * self.bm * self.bn) * 4
+        if self.tf32 == 6:   # gc_ws_smem: the steps' 128-byte lines, the staging slots (B not k-contiguous), the
+            # mbarriers, the row indices, 1024 bytes to align the start
+            slots = 4 * min(self.stages, 4) * 32 * (self.bn // 4 + 4) * 4
+            steps = self.stages * (self.bm + self.bn) * 128
+            return max(steps, (split > 1) * self.bm * self.bn * 4) + slots + 16 * self.stages + 4 * self.bm + 1024
         if self.wgmma:   # gc_gemm_wg_kernel: 8-row groups of 32 BK + 16 bytes (gc_wg_layout), or one side as
             layout = lambda x: x // 8 * (32 * self.bk + 16)  # noqa: E731 - stored rows of x + 8 (gc_wg_rows)
             rows = lambda x: self.bk * (x + 8) * 4  # noqa: E731 - (the larger of the transposes' kinds)
@@ -188,7 +199,11 @@ TILES = {
              # wgmma (gc_gemm_wg_kernel, sm_90a): a warpgroup a TM x TN tile, cp.async STAGES - 2 steps ahead
              Tile(64, 64, 32, 64, 64, 2, stages=4), Tile(64, 128, 32, 64, 128, 2, stages=4),
              Tile(128, 64, 32, 128, 64, 2, stages=4), Tile(128, 128, 32, 64, 128, 2, stages=3),
-             Tile(64, 128, 16, 64, 128, 2, stages=6), Tile(128, 64, 16, 128, 64, 2, stages=6)],
+             Tile(64, 128, 16, 64, 128, 2, stages=6), Tile(128, 64, 16, 128, 64, 2, stages=6),
+             # warp-specialized wgmma (gc_gemm_ws_kernel, sm_90a, A not transposed): consumer warpgroups of 64 x
+             # bn, a producer warpgroup; not in the calibration: tuning tries them on the large GEMMs
+             Tile(64, 128, 32, 64, 128, 6, stages=4), Tile(128, 64, 32, 64, 64, 6, stages=4),
+             Tile(64, 64, 32, 64, 64, 6, stages=6)],
 }
 
 
@@ -317,7 +332,8 @@ def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, ba
     if tile not in TILES[precision]:
         raise GCompileError(f"tuned tile {name} is not a {precision} catalogue tile")
     if not tile.fits(trans_a, trans_b):
-        raise GCompileError(f"tuned tile {name} computes A^T B only (a weight gradient), and this GEMM is "
+        what = "A not transposed only" if tile.tf32 == 6 else "A^T B only (a weight gradient)"
+        raise GCompileError(f"tuned tile {name} computes {what}, and this GEMM is "
                             f"{'A^T' if trans_a else 'A'} {'B^T' if trans_b else 'B'}")
     if split not in tile.splits() or not split_fits(tile, split, k, batch):
         raise GCompileError(f"tuned tile {name}: split {split} does not fit it at K={k} (its splits: "
@@ -352,11 +368,12 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
         _, _, tile, split = min(near, key=lambda x: (x[0], x[1]))
         if (tile, split) not in out:
             out.append((tile, split))
-    # fp32 on tensor cores (tf32 parts), which the calibration has no figures for: on a GEMM of TC_PARTS_MIN
-    # multiply-adds or more, each such tile at the two splits whose grids come nearest to a block an SM
-    if precision == "fp32" and m * n * k * max(batch, 1) >= TC_PARTS_MIN:
-        for tile in TILES["fp32"]:
-            if not tile.parts or not tile.fits(trans_a, trans_b):
+    # the tiles the calibration has no figures for — fp32 on tensor cores (tf32 parts), the warp-specialized
+    # tf32 wgmma ones: on a GEMM of TC_PARTS_MIN multiply-adds or more, each such tile at the two splits whose
+    # grids come nearest to a block an SM
+    if m * n * k * max(batch, 1) >= TC_PARTS_MIN:
+        for tile in TILES[precision]:
+            if not (tile.parts or tile.tf32 == 6) or not tile.fits(trans_a, trans_b) or not rows_fit(tile, 1, rows):
                 continue
             fits = sorted((s for s in tile.splits() if split_fits(tile, s, k, batch)),
                           key=lambda s: abs(math.log(blocks(tile, s) / SMS)))

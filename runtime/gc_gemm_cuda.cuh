@@ -1022,6 +1022,11 @@ static int gc_gemm_sk_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_g
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
 
+// The warp-specialized wgmma kernel's launch (gc_gemm_ws.cuh: tiles with TF32 = 6, A not transposed; RA from
+// float rows).
+template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
+static int gc_gemm_ws_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p);
+
 // The fp32 pipelined kernel's launch (its dynamic shared memory; a cluster for a split).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_pipe_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
@@ -1063,12 +1068,16 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
             return gc_fail(GC_ERR_ARG, "gc_gemm: a %s tile reads the image input in place from float rows only, "
                            "and these are uint8 (the trainer converts them where such a tile reads them: "
                            "GC_X_FLOAT)", Tile::TF32 == 5 ? "short-K tensor-core"
-                           : Tile::TF32 == 2 || Tile::TF32 == 4 ? "wgmma" : "pipelined fp32");
+                           : Tile::TF32 == 2 || Tile::TF32 == 4 || Tile::TF32 == 6 ? "wgmma" : "pipelined fp32");
     }
     if constexpr (Tile::TF32 == 5) {
         return gc_gemm_sk_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
     } else if constexpr (Tile::TF32 == 2 || Tile::TF32 == 4) {
         return gc_gemm_wg_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
+    } else if constexpr (Tile::TF32 == 6) {
+        if constexpr (TA)
+            return gc_fail(GC_ERR_ARG, "gc_gemm: a warp-specialized wgmma tile (TF32 = 6) takes A not transposed");
+        else return gc_gemm_ws_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
     } else if constexpr (Tile::TF32 && Tile::STAGES > 0) {
         return gc_gemm_tc_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
     } else if constexpr (Tile::STAGES > 0) {   // rows read in place (RA) through gc_pipe_rows

@@ -97,6 +97,12 @@ template <int N> struct gc_wgmma;
             GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" REGS "}, %" #A0 ", %" #A1        \
                       ", 1, 1, 1;" : DS : "l"(a), "l"(b));                                                       \
         }                                                                                                       \
+        /* ss with scale-d a run-time flag (0: d = A B, its input not read: a tile's first product) */           \
+        __device__ static __forceinline__ void ssp(float* d, uint64_t a, uint64_t b, int accumulate) {          \
+            GC_WG_ASM("{ .reg .pred p; setp.ne.b32 p, %" #A2 ", 0; wgmma.mma_async.sync.aligned.m64n" #N          \
+                      "k8.f32.tf32.tf32 {" REGS "}, %" #A0 ", %" #A1 ", p, 1, 1; }" : DS : "l"(a), "l"(b),          \
+                      "r"(accumulate));                                                                         \
+        }                                                                                                       \
         __device__ static __forceinline__ void rs(float* d, const uint32_t* a, uint64_t b) {                    \
             GC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" REGS "}, {%" #A0 ", %" #A1 ", %" \
                       #A2 ", %" #A3 "}, %" #A4 ", 1, 1, 1;" : DS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),     \

@@ -28,6 +28,7 @@ PRELUDE = """\
 #include "gc_gemm_tc.cuh"
 #include "gc_gemm_wgmma.cuh"
 #include "gc_gemm_sk.cuh"
+#include "gc_gemm_ws.cuh"
 #else
 #include "gc_kernels_cpu.h"
 #endif

@@ -225,6 +225,29 @@ def cases() -> list[H.Case]:
                              if ta else "gc_tile<64, 128, 32, 64, 128, 2, 4, 1000, 256, 784, 4>",
                              *((784, 256, 1000) if ta else (1000, 256, 784)), ep=True, tf32=True, rows="f32",
                              index=index))
+    # the warp-specialized wgmma kernel (TF32 = 6, gc_gemm_ws.cuh, sm_90a; A not transposed), B k-contiguous
+    # (TB: copied as it lies) or not (transposed by the producer warps): odd shapes (element copies),
+    # overhangs, split-K with the epilogue (the cluster's sum, all threads) and on partials... its grid's
+    # shapes: two consumer warpgroups, 6 stages, a static shape it divides, K past one step only; the MLP's
+    # batch-1000 x @ W1 from float rows (indexed or not); batches with gaps, A unaligned, K = 0, NaN operands
+    for tb in (False, True):
+        out += [
+            C("float32", False, tb, "gc_tile<64, 128, 32, 64, 128, 6, 1, 0, 0, 0, 4>", 37, 53, 29, ep=True, tf32=True),
+            C("float32", False, tb, "gc_tile<64, 64, 32, 64, 64, 6, 2, 0, 0, 0, 6>", 100, 136, 300, ep=True,
+              tf32=True),
+            C("float32", False, tb, "gc_tile<128, 64, 32, 64, 64, 6, 4, 128, 256, 256, 4>", 128, 256, 256,
+              ep=True, tf32=True),
+            C("float32", False, tb, "gc_tile<128, 64, 32, 64, 64, 6, 8, 0, 0, 0, 4>", 260, 300, 700, ep=True,
+              tf32=True),
+            C("float32", False, tb, "gc_tile<64, 128, 32, 64, 128, 6, 1, 0, 0, 0, 4>", 33, 20, 17, batch=3,
+              sa=33 * 17 + 3, sb=20 * 17, sc=33 * 20 + 4, ep=True, tf32=True),
+            C("float32", False, tb, "gc_tile<64, 64, 32, 64, 64, 6, 1, 0, 0, 0, 6>", 5, 7, 0, ep=True, tf32=True),
+            C("float32", False, tb, "gc_tile<64, 64, 32, 64, 64, 6, 2, 0, 0, 0, 6>", 70, 40, 100, nans=True,
+              tf32=True),
+        ]
+        for index in (True, False):
+            out.append(C("float32", False, tb, "gc_tile<64, 128, 32, 64, 128, 6, 4, 1000, 256, 784, 4>", 1000, 256,
+                         784, ep=True, tf32=True, rows="f32", index=index))
     out += [
         # batches with gaps and odd rows, A unaligned, K = 0, NaN operands (truncated to tf32, still NaN),
         # uint8 rows refused (cp.async copies floats only: the trainer converts them, GC_X_FLOAT)
@@ -369,7 +392,7 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
 def test_calibration_is_consistent():
     """Every measured tile is a catalogue tile with a split it supports, choose_tile returns it for its
     shape, and every catalogue tile has the cost model's constants but the fp32 tensor-core (tf32 parts)
-    ones, which only tuning tries (alternatives, on large GEMMs)."""
+    and the warp-specialized wgmma ones, which only tuning tries (alternatives, on large GEMMs)."""
     data = calibration()
     assert data["measured"] and data["gpu"] and data["commit"]
     for e in data["measured"]:
@@ -383,7 +406,7 @@ def test_calibration_is_consistent():
             tile.c_type(split, e["m"], e["n"], e["k"])
     for tiles in TILES.values():
         for tile in tiles:
-            if tile.parts:
+            if tile.parts or tile.tf32 == 6:
                 assert tile.name not in data["model"]["tiles"] and cost(tile, 1, 1000, 1000, 1000) == math.inf
                 continue
             assert len(data["model"]["tiles"][tile.name]) == 2
@@ -400,6 +423,15 @@ def test_calibration_is_consistent():
             assert all(s in t.splits() for t, s in parts)
         assert not any(t.tf32 == 4 for t, _ in alternatives(m, n, k, ta, True, "fp32"))
     assert not any(t.parts for t, _ in alternatives(1000, 256, 784, False, False, "tf32"))
+    # and the warp-specialized wgmma tiles under tf32, two splits each, on the large GEMMs with A not
+    # transposed (x @ W1 at both batches), not on dW1 nor on the small ones
+    ws = sum(t.tf32 == 6 for t in TILES["tf32"])
+    for m, n, k, ta, expect in ((1000, 256, 784, False, 2 * ws), (128, 256, 784, False, 2 * ws),
+                                (784, 256, 1000, True, 0), (128, 100, 256, False, 0)):
+        tried = [(t, s) for t, s in alternatives(m, n, k, ta, False, "tf32", rows=not ta) if t.tf32 == 6]
+        assert len(tried) == expect and all(s in t.splits() for t, s in tried), (m, n, k)
+    with pytest.raises(GCompileError, match="A not transposed only"):
+        tuned_tile("64x128x32/64x128/wgmma-ws/cp4", 4, 784, 256, 1000, "tf32", rows=True, trans_a=True)
     # a record's wgmma tf32-parts tile on a GEMM that is not A^T B is refused (the kernel computes that only)
     assert tuned_tile("64x64x32/64x64/3xwgmma/cp4", 4, 784, 256, 1000, "fp32", rows=True, trans_a=True)
     with pytest.raises(GCompileError, match="computes A\\^T B only"):
@@ -431,6 +463,7 @@ def test_which_tiles_read_float_rows_only():
     assert not only["64x64x16/8x4/fp32"] and not only["64x64x32/32x32/tf32/cp4"]
     assert not only["64x64x32/32x32/3xtf32/cp4"] and not only["64x64x32/64x64/3xwgmma/cp4"]
     assert not only["32x32x32/16x16/tf32"]
+    assert only["64x128x32/64x128/wgmma-ws/cp4"]
 
 
 def test_sweep_calibrates_on_the_gemms_as_the_step_runs_them():
@@ -463,6 +496,7 @@ def test_every_tile_compiles_with_nvcc(tmp_path):
         pytest.skip("nvcc is not installed")
     lines = ['#include "gc_runtime.h"', '#include "gc_gemm.h"', '#include "gc_gemm_cuda.cuh"',
              '#include "gc_gemm_tc.cuh"', '#include "gc_gemm_wgmma.cuh"', '#include "gc_gemm_sk.cuh"',
+             '#include "gc_gemm_ws.cuh"',
              "struct ep_mask {",
              "    static constexpr bool prefetch = true;",
              "    const float* aux;",
