@@ -359,6 +359,22 @@ struct gc_wg_roles {
     static constexpr size_t bytes = data + (size_t)NIDX * 4;
 };
 
+// The start of both wgmma kernels (gc_gemm_wg_kernel, gc_gemm_ws_kernel): the checks of their tile (a split of
+// 1..8 that divides BM, the shared memory one block may have, BYTES, a static shape where A is the image input
+// read in place, RA), the wait for the kernel before; built without sm_90a code (the compute_90 PTX of a build,
+// or another GPU) a trap, and the kernel's body is left out (gc_gemm refuses such launches before they start).
+template <class Tile, size_t BYTES, int RA>
+__device__ __forceinline__ void gc_wg_begin() {
+    static_assert(Tile::SPLIT >= 1 && Tile::SPLIT <= 8 && Tile::BM % Tile::SPLIT == 0,
+                  "gc_gemm: split must be 1..8 and divide BM");
+    static_assert(BYTES <= 227 * 1024, "gc_gemm: wgmma tile needs over 227 KB of shared memory");
+    static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0), "gc_gemm: batch rows need a static shape");
+    gc_wait_prior();
+#if !GC_WGMMA
+    __trap();
+#endif
+}
+
 // RA: A is the image input read in place (gc_rows with an index; its stored rows are the batch's: M, or K with
 // TA), 1: from float rows, 2: from uint8 rows (TF32 = 4 with TA: its bytes exact in tf32, taken unscaled, the
 // sums scaled at the end).
@@ -380,14 +396,8 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
     static_assert(RA != 2 || (TA && Tile::TF32 == 4), "gc_gemm: a wgmma tile reads uint8 rows only as TF32 = 4's A");
     static_assert(WM % 64 == 0 && (NW == 64 || NW == 128) && Tile::BM % Tile::TM == 0 && Tile::BN % Tile::TN == 0,
                   "gc_gemm: a wgmma warpgroup's tile is 64-row blocks by 64 or 128 (gc_wgmma's sizes)");
-    static_assert(Tile::SPLIT >= 1 && Tile::SPLIT <= 8 && Tile::BM % Tile::SPLIT == 0,
-                  "gc_gemm: split must be 1..8 and divide BM");
-    static_assert(R::bytes <= 227 * 1024, "gc_gemm: wgmma tile needs over 227 KB of shared memory");
-    static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0), "gc_gemm: batch rows need a static shape");
-    gc_wait_prior();
-#if !GC_WGMMA
-    __trap();   // no sm_90a code in this build for this GPU: gc_gemm refuses such launches before they start
-#else
+    gc_wg_begin<Tile, R::bytes, RA>();
+#if GC_WGMMA
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
     constexpr bool SWAP = R::SWAP, REG = R::REG, STAGED = R::STAGED;

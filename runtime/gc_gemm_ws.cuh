@@ -90,13 +90,8 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p) {
     static_assert(BK == 32 && Tile::TM == 64 && Tile::TN == BN && (BN == 64 || BN == 128) && BM % 64 == 0 &&
                   THREADS == (CW + 1) * 128 && ST >= 2, "gc_gemm: a warp-specialized wgmma tile is BM / 64 "
                   "warpgroups of 64 x BN (64 or 128), BK 32, and a producer warpgroup");
-    static_assert(S >= 1 && S <= 8 && BM % S == 0, "gc_gemm: split must be 1..8 and divide BM");
-    static_assert(SM::bytes <= 227 * 1024, "gc_gemm: warp-specialized wgmma tile needs over 227 KB of shared memory");
-    static_assert(!RA || (Tile::SK > 0 && Tile::SM > 0), "gc_gemm: batch rows need a static shape");
-    gc_wait_prior();
-#if !GC_WGMMA
-    __trap();   // no sm_90a code in this build for this GPU: gc_gemm refuses such launches before they start
-#else
+    gc_wg_begin<Tile, SM::bytes, RA>();
+#if GC_WGMMA
     extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
     char* smem = reinterpret_cast<char*>(((uintptr_t)gc_dynamic_smem + SM::ALIGN - 1) & ~(uintptr_t)(SM::ALIGN - 1));
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + SM::bars_at);
