@@ -219,7 +219,10 @@ static int gc_variable_access(gc_model* m, const char* name, size_t nbytes, cons
     if (!t) return gc_fail(GC_ERR_ARG, "%s: no variable named '%s'", fn, name);
     if (nbytes != t->nbytes) return gc_fail(GC_ERR_ARG, "%s: variable '%s' has %zu bytes, got %zu", fn, name, t->nbytes, nbytes);
     if (!(src || dst)) return gc_fail(GC_ERR_ARG, "%s: data pointer is NULL", fn);
-    if (src) return gc_copy_to_device(m->arena + t->offset, src, nbytes);
+    if (src) {
+        GC_TRY(gc_copy_to_device(m->arena + t->offset, src, nbytes));
+        return gc_refresh_mirrors(m->arena, (long long)t->offset);   // its mirror (if any) follows
+    }
     return gc_copy_to_host(dst, m->arena + t->offset, nbytes);
 }
 
@@ -242,6 +245,7 @@ GC_EXPORT int gc_save(gc_model* m, const char* path) {
 GC_EXPORT int gc_load(gc_model* m, const char* path) {
     GC_TRY(gc_check_model(m, "gc_load"));
     if (!path) return gc_fail(GC_ERR_ARG, "gc_load: path is NULL");
-    return gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, &m->state, m->arena);
+    GC_TRY(gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, &m->state, m->arena));
+    return gc_refresh_mirrors(m->arena, -1);   // the variables' mirrors follow
 }
 #endif   // GC_HOST

@@ -857,6 +857,25 @@ GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count,
     return gc_launch(gc_count_correct_kernel, 1, GC_BLOCK, logits, y, count, classes, correct, first);
 }
 
+// dst (cols x rows) = src (rows x cols)^T, float: a variable's mirror (lower.py's mirror_variables), refreshed
+// after the host writes the variable (gc_refresh_mirrors). 32 x 32 tiles through shared memory (a column of
+// 33 words: the tile's reads and writes both hit 32 banks), coalesced both ways.
+__global__ void gc_transpose_kernel(const float* __restrict__ src, float* __restrict__ dst, int rows, int cols) {
+    __shared__ float tile[32][33];
+    gc_wait_prior();
+    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
+    for (int i = threadIdx.y; i < 32; i += blockDim.y)
+        if (r0 + i < rows && c0 + threadIdx.x < cols) tile[i][threadIdx.x] = src[(size_t)(r0 + i) * cols + c0 + threadIdx.x];
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += blockDim.y)
+        if (c0 + i < cols && r0 + threadIdx.x < rows) dst[(size_t)(c0 + i) * rows + r0 + threadIdx.x] = tile[threadIdx.x][i];
+}
+
+GC_SHARED int gc_transpose(const float* src, float* dst, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return GC_OK;
+    return gc_launch(gc_transpose_kernel, dim3((cols + 31) / 32, (rows + 31) / 32), dim3(32, 8), src, dst, rows, cols);
+}
+
 #ifdef GC_PART_KERNELS   // the gathers the host part's trainer calls (gc_main.h: gc_gather_batch)
 template int gc_gather<uint8_t>(const uint8_t*, const int32_t*, const gc_cursor*, int64_t, int, int, float, float*,
                                 int32_t*, int, const float*, double*);

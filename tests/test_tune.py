@@ -222,3 +222,63 @@ def test_trainer_step_us_reads_the_binarys_epochs(tmp_path):
     fake.write_text("#!/bin/sh\necho 'error: no dataset here' >&2\nexit 2\n")
     with pytest.raises(gc.GCompileError, match=r"model train --data .* gave no epoch times \(exit 2\): error: no "):
         trainer_step_us(str(fake), str(tmp_path), 4)
+
+
+WS_TILE = {"kernel": "k0", "m": 1000, "n": 256, "k": 784, "batch": 1, "tile": "64x64x32/64x64/wgmma-ws/cp6",
+           "split": 2}
+
+
+def test_a_warp_specialized_x_at_w1_reads_w1s_mirror():
+    """x @ W1 on a wgmma-ws tile (TF32 = 6) reads W1^T from a workspace (its mirror, B k-contiguous: TB), which
+    the GEMM that updates W1 (dW1's epilogue) stores too, at (n, m), in its functor and in its runs of 4, and
+    which gc_refresh_mirrors remakes after the host writes W1; without such a tile there is no mirror."""
+    program = mlp(1000)
+    plain = compile_program(program, "cuda", "mnist_mlp", precision="tf32")
+    assert not plain.plan.mirrors and "mirror" not in "".join(k.comment for k in plain.kernels["train"])
+    cs = compile_program(program, "cuda", "mnist_mlp", precision="tf32",
+                         tuning=record_for(program, [WS_TILE], "tf32"))
+    (mirror,) = cs.plan.mirrors
+    (w1,) = [b for b in cs.plan.buffers if b.node.name == "W1"]
+    assert (mirror["name"], mirror["src"], mirror["rows"], mirror["cols"]) == ("W1", w1.offset, 784, 256)
+    offset, size = cs.plan.workspaces["mirror of W1"]
+    assert mirror["dst"] == offset and size == 784 * 256 * 4
+    train = {k.name.split("_")[0]: k for k in cs.kernels["train"]}
+    reader = train["k0"]
+    assert reader.values["trans_b"] == 1 and reader.values["b"] == f"((const float*)(A + {offset}))"
+    assert (offset, offset + size) in reader.reads
+    (writer,) = [k for k in cs.kernels["train"] if (offset, offset + size) in k.writes]
+    ep = writer.values["epilogue"]
+    store = f"((float*)(A + {offset}))[(long long)n * 784 + m] = {ep['value']};"
+    assert writer.values["c_at"] == w1.offset and any(s.startswith(store) for s in ep["stores"])
+    assert ep["runs"] and any(s.startswith(store) for s in ep["runs"]["stmts"])
+    assert "gc_gemm<float, false, true, gc_tile<64, 64, 32, 64, 64, 6, 2, 1000, 256, 784, 6>>" in cs.source
+    assert f"gc_transpose((const float*)(A + {w1.offset}), (float*)(A + {offset}), 784, 256)" in cs.source
+    # the eval step's x @ W1 keeps its own tile and reads W1 itself
+    (ev,) = [k for k in cs.kernels["eval"] if k.kind == "matmul" and k.values["k"] == 784]
+    assert ev.values["trans_b"] == 0 and ev.values["b_at"] == w1.offset
+
+
+@pytest.mark.gpu
+def test_the_mirror_follows_w1_through_steps_and_the_hosts_writes(tmp_path):
+    """On the GPU: the MLP's b1000 tf32 step with x @ W1 on a wgmma-ws tile (reading W1's mirror) gives the
+    losses of the same step without it, to tf32's tolerance, over steps (the update keeps the mirror), after
+    gc_set_variable of W1 and after gc_load of a checkpoint (both refresh it)."""
+    program = mlp(1000)
+    rng = np.random.default_rng(5)
+    x = rng.random((1000, 784), dtype=np.float32)
+    y = rng.integers(0, 10, 1000).astype(np.int32)
+    models = {}
+    for label, tuning in (("plain", None), ("ws", record_for(program, [WS_TILE], "tf32"))):
+        models[label] = gc.load(gc.compile(program, target="cuda", out_dir=tmp_path / label, precision="tf32",
+                                           tuning=tuning))
+    losses = {label: [m.train_step(x, y) for _ in range(4)] for label, m in models.items()}
+    np.testing.assert_allclose(losses["ws"], losses["plain"], rtol=2e-3)
+    w1 = rng.normal(scale=0.05, size=(784, 256)).astype(np.float32)
+    for m in models.values():
+        m.set("W1", w1)
+    after_set = {label: m.train_step(x, y) for label, m in models.items()}
+    np.testing.assert_allclose(after_set["ws"], after_set["plain"], rtol=2e-3)
+    models["ws"].save(tmp_path / "c.ckpt")
+    models["ws"].set("W1", np.zeros((784, 256), np.float32))
+    models["ws"].load(tmp_path / "c.ckpt")
+    np.testing.assert_allclose(models["ws"].train_step(x, y), models["plain"].train_step(x, y), rtol=2e-3)

@@ -307,6 +307,6 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         "train_streams": streams.get("train", 1), "eval_streams": streams.get("eval", 1), "train_hook": hook,
         "variables": variables, "train_inputs": train_inputs, "eval_inputs": eval_inputs,
         "eval_outputs": eval_outputs, "constants": constants, "defines": defines,
-        "manifest_c_string": c_string(json.dumps(module.manifest, indent=1)),
+        "manifest_c_string": c_string(json.dumps(module.manifest, indent=1)), "mirrors": plan.mirrors,
     }
     return env.get_template("program.j2").render(**context), parts

@@ -524,6 +524,7 @@ class Lowering:
         # rows: A is the image input read in place, the steps' batch input (gc_rows)
         rows = self.read_in_place(a)
         return {"a": "*gc_batch_input()" if rows else self.pointer(a), "rows": rows, "b": self.pointer(b),
+                "b_at": self.plan.offset_of(b, self.direction),
                 "c": self.pointer(c, const=False), "m": m, "n": n, "k": k,
                 "a_at": None if rows else self.plan.offset_of(a, self.direction),
                 "c_at": self.plan.offset_of(c, self.direction),
@@ -1051,6 +1052,57 @@ def fold_split_sums(kernels: list, plan) -> None:
         c.comment += f"; sums {g.name}'s {split} splits first"
 
 
+def mirror_variables(kernels: dict, plan) -> None:
+    """cuda: a GEMM x @ W on a warp-specialized wgmma tile (TF32 = 6: gc_gemm_ws_kernel), W a 2-D float32
+    variable, reads W's mirror W^T instead of W — a workspace of W's size, each row one column of W, k
+    contiguous as the kernel copies both operands (TB) — where the train step writes W in one GEMM's epilogue
+    only (its update: dW's GEMM, C = W) or not at all: that epilogue also stores each new value at its place
+    in the mirror (a store of its own, (n, m)), and the host's writes of W refresh it (gc_refresh_mirrors:
+    gc_set_variable, gc_load). Otherwise the kernel reads W as it lies and its producer warps transpose each
+    K step of it, at every step (docs/compiler.md: 7.1-7.8 us against 4.8-5.1 for the MLP's b1000 x @ W1
+    alone). The mirror is never in a checkpoint (it is no variable) and shares no bytes (a workspace). The
+    GEMMs reading it and the one writing it read / write its bytes (streams.py orders them as W's)."""
+    variables = {b.offset: b for b in plan.buffers if b.region == "persistent" and b.node.op == "variable"
+                 and b.node.dtype == "float32" and b.node.ndim == 2}
+    readers = {}
+    for ks in kernels.values():
+        for k in ks:
+            v = k.values
+            if k.kind != "matmul" or v["trans_a"] or v["trans_b"] or v["batch"] != 1 or v["ctype"] != "float":
+                continue
+            var = variables.get(v["b_at"])
+            if var is not None and Tile.parse(v["tile"])[0].tf32 == 6 and var.node.shape == (v["k"], v["n"]):
+                readers.setdefault(var.offset, []).append(k)
+    for at, reading in sorted(readers.items()):
+        var = variables[at]
+        rows, cols = var.node.shape
+        span = [(at, at + var.node.nbytes)]
+        writing = [k for ks in kernels.values() for k in ks if overlap(k.writes, span)]
+        if len(writing) > 1 or (writing and not (
+                writing[0].kind == "matmul" and writing[0].values["c_at"] == at and writing[0].values["epilogue"]
+                and (writing[0].values["m"], writing[0].values["n"]) == (rows, cols)
+                and writing[0].values["batch"] == 1)):
+            continue
+        name = f"mirror of {var.node.name}"
+        off = plan.workspace(name, var.node.nbytes, f"{var.node.name} transposed ({cols} x {rows}), read by "
+                             "the warp-specialized GEMMs x @ " + var.node.name + " (lower.py's mirror_variables)")
+        mirror = [(off, off + var.node.nbytes)]
+        for k in reading:
+            k.values.update(b=f"((const float*)(A + {off}))", trans_b=1)
+            k.reads = k.reads + mirror
+            k.comment += f"; reads {var.node.name}^T, its mirror"
+        for k in writing:
+            ep = k.values["epilogue"]
+            store = f"((float*)(A + {off}))[(long long)n * {rows} + m] = {ep['value']};   // the mirror"
+            # (its runs of 4 columns too: gc_gemm_epilogue runs them on whole runs inside C only, and no
+            # functor that stores is run ahead on zeros — prefetch is for those that store nothing)
+            runs = ep["runs"] and {**ep["runs"], "stmts": ep["runs"]["stmts"] + [store]}
+            k.values["epilogue"] = {**ep, "stores": ep["stores"] + [store], "runs": runs}
+            k.writes = k.writes + mirror
+            k.comment += f"; stores {var.node.name}^T into its mirror too"
+        plan.mirrors.append({"name": var.node.name, "src": at, "dst": off, "rows": rows, "cols": cols})
+
+
 def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32",
           tiles: dict | None = None, target: str = "cuda") -> dict[str, list[Kernel]]:
     """Kernel specs for each schedule, in schedule order. Kernel names are unique across schedules. A chain's
@@ -1086,4 +1138,6 @@ def lower(schedules: dict[str, list[Node]], plan, precision: str = "fp32",
         if target == "cuda":
             fold_split_sums(kernels, plan)
         out[direction] = kernels
+    if target == "cuda":
+        mirror_variables(out, plan)
     return out

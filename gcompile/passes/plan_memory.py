@@ -101,6 +101,7 @@ class MemoryPlan:
     workspaces: dict = field(default_factory=dict)   # kernel's own bytes: name -> (offset, size), see workspace
     workspace_notes: dict = field(default_factory=dict)   # name -> what the bytes hold (the layout's comment)
     chains: dict = field(default_factory=dict)       # schedule -> its chains' stage nodes (chain.py), for lower
+    mirrors: list = field(default_factory=list)      # variables kept also transposed (lower.py's mirror_variables)
 
     def workspace(self, name: str, nbytes: int, what: str = "a reduction's ticket and the blocks' partials") -> int:
         """Offset of `nbytes` owned by one kernel (lower.py: a reduction over several blocks keeps its ticket and
