@@ -187,7 +187,10 @@ def gcompile_row(task: Task, target: str, precision: str, settings, work_dir: Pa
         if hasattr(model, "time_steps"):
             fields.update(time_windows(lambda n: model.time_steps(n), settings))
             fields["timing"] = "Model.time_steps (the library's step on one batch, replayed in graphs as the trainer replays its steps)"
-    if tuned is not None:   # the row is the tuned build's; the default tiles' time stays beside it
+    if tuned is not None:   # the row is the tuned build's (its time, launches, memory: a record's tiles may add
+        # workspaces, lower.py's mirror_variables); the default tiles' time stays beside it
+        tuned_manifest = json.loads(Path(tuned.manifest).read_text())
+        fields.update(kernels=kernels_of(tuned_manifest), **memory_fields(tuned_manifest))
         with gc.load(tuned) as model:
             note = check_loss(model.train_step(xb, yb), task.reference_loss, precision)
             notes += [f"tuned: {note}"] if note else []
