@@ -299,6 +299,19 @@ __device__ __forceinline__ void gc_gemm_epilogue(const Ep& ep, int b, int m, int
 // gc_ep_partial (gc_gemm.h) says `partials`: a split's block stores its partial tile for the reader to sum.
 template <class Ep, class = void> struct gc_ep_partials { static constexpr bool value = false; };
 template <class Ep> struct gc_ep_partials<Ep, gc_void_t<decltype(Ep::partials)>> { static constexpr bool value = Ep::partials; };
+// An epilogue functor whose GEMM keeps a mirror of C says so (`static constexpr bool mirrored = true;` and
+// `T* mirror() const`: lower.py's mirror_variables — C is a variable W that GEMMs on warp-specialized tiles read
+// as W^T): the kernel's end stores each final value at (n, m) of the mirror too (M x N -> N x M), after C's.
+template <class Ep, class = void> struct gc_ep_mirror { static constexpr bool value = false; };
+template <class Ep> struct gc_ep_mirror<Ep, gc_void_t<decltype(Ep::mirrored)>> { static constexpr bool value = Ep::mirrored; };
+// A run of RUN final values at (m, n .. n + RUN - 1) into the mirror (a column each: single stores).
+template <int RUN, bool CM, bool CN, typename T>
+__device__ __forceinline__ void gc_gemm_mirror_store(T* mirror, int m, int n, int M, int N, const T* v) {
+    if (CM && m >= M) return;
+#pragma unroll
+    for (int r = 0; r < RUN; r++)
+        if (!CN || n + r < N) mirror[(size_t)(n + r) * M + m] = v[r];
+}
 // An epilogue functor that stores nothing itself may say so (`static constexpr bool prefetch = true;`): the
 // kernel then calls it once on zeros while the first K step's loads are in flight, and waits for its loads
 // there, so that the operands it reads (a mask, a bias) are in L1 when the real epilogue runs.
@@ -418,6 +431,27 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
         if (run_at(i, row, col)) gc_gemm_store<4, CM, CN>(C, m0 + row, n0 + col, M, N, sum[i], vc);
     }
     gc_cluster_wait();
+    if constexpr (gc_ep_mirror<Ep>::value) {
+        // The mirror (gc_ep_mirror) from the block's rows transposed in its shared memory, free now that every
+        // block of the cluster has read it: a column's RS values are then one run of the mirror's row n,
+        // stored by consecutive threads (single stores down the columns took 0.8 us more in the MLP's dW1).
+        constexpr int LD = RS + 1;   // (a column of the transposed rows, padded: fewer bank conflicts)
+        static_assert(BN * LD <= BM * BN, "gc_gemm: the mirror's transposed rows fit the partial tile's bytes");
+        T* rows = const_cast<T*>(smem);
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            int row, col;
+            if (run_at(i, row, col))
+#pragma unroll
+                for (int r = 0; r < 4; r++) rows[(col + r) * LD + row - rank * RS] = sum[i][r];
+        }
+        __syncthreads();
+        T* mirror = ep.mirror();
+        for (int e = threadIdx.x; e < BN * RS; e += THREADS) {
+            const int c = e / RS, j = e % RS, m = m0 + rank * RS + j, n = n0 + c;
+            if ((!CM || m < M) && (!CN || n < N)) mirror[(size_t)n * M + m] = rows[c * LD + j];
+        }
+    }
 }
 
 // The block's tile of C at (m0, n0): blocks walk groups of 8 tile rows column by column, so blocks running
@@ -491,6 +525,10 @@ __device__ __forceinline__ void gc_gemm_finish(T* smem, const Ep& ep, int b, int
             packs.template apply<RUN, CM, CN>(ep, b, m0 + row, n0 + col, M, N, acc, v);
         });
         for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, CM, CN>(C, m0 + row, n0 + col, M, N, v, vc); });
+        if constexpr (gc_ep_mirror<Ep>::value)
+            for_runs([&](int row, int col, T* v) {
+                gc_gemm_mirror_store<RUN, CM, CN>(ep.mirror(), m0 + row, n0 + col, M, N, v);
+            });
     } else if constexpr (gc_ep_partials<Ep>::value) {   // the reader sums the splits: this one's partial, as it is
         T* part = C + (size_t)(blockIdx.z % S) * M * N;
         for_runs([&](int row, int col, T* v) { gc_gemm_store<RUN, CM, CN>(part, m0 + row, n0 + col, M, N, v, vc); });

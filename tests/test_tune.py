@@ -230,8 +230,9 @@ WS_TILE = {"kernel": "k0", "m": 1000, "n": 256, "k": 784, "batch": 1, "tile": "6
 
 def test_a_warp_specialized_x_at_w1_reads_w1s_mirror():
     """x @ W1 on a wgmma-ws tile (TF32 = 6) reads W1^T from a workspace (its mirror, B k-contiguous: TB), which
-    the GEMM that updates W1 (dW1's epilogue) stores too, at (n, m), in its functor and in its runs of 4, and
-    which gc_refresh_mirrors remakes after the host writes W1; without such a tile there is no mirror."""
+    the GEMM that updates W1 (dW1's) stores too, at (n, m): its epilogue functor says where (gc_ep_mirror),
+    still storing nothing itself (its runs of 4 and prefetch stay); gc_refresh_mirrors remakes it after the
+    host writes W1; without such a tile there is no mirror."""
     program = mlp(1000)
     plain = compile_program(program, "cuda", "mnist_mlp", precision="tf32")
     assert not plain.plan.mirrors and "mirror" not in "".join(k.comment for k in plain.kernels["train"])
@@ -248,9 +249,8 @@ def test_a_warp_specialized_x_at_w1_reads_w1s_mirror():
     assert (offset, offset + size) in reader.reads
     (writer,) = [k for k in cs.kernels["train"] if (offset, offset + size) in k.writes]
     ep = writer.values["epilogue"]
-    store = f"((float*)(A + {offset}))[(long long)n * 784 + m] = {ep['value']};"
-    assert writer.values["c_at"] == w1.offset and any(s.startswith(store) for s in ep["stores"])
-    assert ep["runs"] and any(s.startswith(store) for s in ep["runs"]["stmts"])
+    assert writer.values["c_at"] == w1.offset and ep["mirror"] == offset and not ep["stores"] and ep["runs"]
+    assert f"float* mirror() const {{ return (float*)(A + {offset}); }}" in cs.source
     assert "gc_gemm<float, false, true, gc_tile<64, 64, 32, 64, 64, 6, 2, 1000, 256, 784, 6>>" in cs.source
     assert f"gc_transpose((const float*)(A + {w1.offset}), (float*)(A + {offset}), 784, 256)" in cs.source
     # the eval step's x @ W1 keeps its own tile and reads W1 itself
@@ -259,16 +259,20 @@ def test_a_warp_specialized_x_at_w1_reads_w1s_mirror():
 
 
 @pytest.mark.gpu
-def test_the_mirror_follows_w1_through_steps_and_the_hosts_writes(tmp_path):
+@pytest.mark.parametrize("dw1_split", [None, 1])
+def test_the_mirror_follows_w1_through_steps_and_the_hosts_writes(tmp_path, dw1_split):
     """On the GPU: the MLP's b1000 tf32 step with x @ W1 on a wgmma-ws tile (reading W1's mirror) gives the
-    losses of the same step without it, to tf32's tolerance, over steps (the update keeps the mirror), after
+    losses of the same step without it, to tf32's tolerance, over steps (the update keeps the mirror: dW1 on
+    its default split tile, the mirror from the cluster's sum, or on one without a split), after
     gc_set_variable of W1 and after gc_load of a checkpoint (both refresh it)."""
     program = mlp(1000)
+    tiles = [WS_TILE] + ([{"kernel": "k5", "m": 784, "n": 256, "k": 1000, "batch": 1,
+                           "tile": "64x64x32/64x64/wgmma/cp4", "split": dw1_split}] if dw1_split else [])
     rng = np.random.default_rng(5)
     x = rng.random((1000, 784), dtype=np.float32)
     y = rng.integers(0, 10, 1000).astype(np.int32)
     models = {}
-    for label, tuning in (("plain", None), ("ws", record_for(program, [WS_TILE], "tf32"))):
+    for label, tuning in (("plain", None), ("ws", record_for(program, tiles, "tf32"))):
         models[label] = gc.load(gc.compile(program, target="cuda", out_dir=tmp_path / label, precision="tf32",
                                            tuning=tuning))
     losses = {label: [m.train_step(x, y) for _ in range(4)] for label, m in models.items()}

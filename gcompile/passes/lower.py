@@ -1056,8 +1056,10 @@ def mirror_variables(kernels: dict, plan) -> None:
     """cuda: a GEMM x @ W on a warp-specialized wgmma tile (TF32 = 6: gc_gemm_ws_kernel), W a 2-D float32
     variable, reads W's mirror W^T instead of W — a workspace of W's size, each row one column of W, k
     contiguous as the kernel copies both operands (TB) — where the train step writes W in one GEMM's epilogue
-    only (its update: dW's GEMM, C = W) or not at all: that epilogue also stores each new value at its place
-    in the mirror (a store of its own, (n, m)), and the host's writes of W refresh it (gc_refresh_mirrors:
+    only (its update: dW's GEMM, C = W, its splits summed on a cluster or none) or not at all: that GEMM's
+    end also stores each final value at (n, m) of the mirror (its functor says where, `mirror()`; the split's
+    sum transposes its rows in shared memory first: gc_gemm_cuda.cuh's gc_ep_mirror), and the host's writes
+    of W refresh it (gc_refresh_mirrors:
     gc_set_variable, gc_load). Otherwise the kernel reads W as it lies and its producer warps transpose each
     K step of it, at every step (docs/compiler.md: 7.1-7.8 us against 4.8-5.1 for the MLP's b1000 x @ W1
     alone). The mirror is never in a checkpoint (it is no variable) and shares no bytes (a workspace). The
@@ -1081,7 +1083,7 @@ def mirror_variables(kernels: dict, plan) -> None:
         if len(writing) > 1 or (writing and not (
                 writing[0].kind == "matmul" and writing[0].values["c_at"] == at and writing[0].values["epilogue"]
                 and (writing[0].values["m"], writing[0].values["n"]) == (rows, cols)
-                and writing[0].values["batch"] == 1)):
+                and writing[0].values["batch"] == 1 and not writing[0].values.get("partials"))):
             continue
         name = f"mirror of {var.node.name}"
         off = plan.workspace(name, var.node.nbytes, f"{var.node.name} transposed ({cols} x {rows}), read by "
@@ -1091,13 +1093,8 @@ def mirror_variables(kernels: dict, plan) -> None:
             k.values.update(b=f"((const float*)(A + {off}))", trans_b=1)
             k.reads = k.reads + mirror
             k.comment += f"; reads {var.node.name}^T, its mirror"
-        for k in writing:
-            ep = k.values["epilogue"]
-            store = f"((float*)(A + {off}))[(long long)n * {rows} + m] = {ep['value']};   // the mirror"
-            # (its runs of 4 columns too: gc_gemm_epilogue runs them on whole runs inside C only, and no
-            # functor that stores is run ahead on zeros — prefetch is for those that store nothing)
-            runs = ep["runs"] and {**ep["runs"], "stmts": ep["runs"]["stmts"] + [store]}
-            k.values["epilogue"] = {**ep, "stores": ep["stores"] + [store], "runs": runs}
+        for k in writing:   # its functor says where the mirror is; the kernel's end stores it (gc_ep_mirror)
+            k.values["epilogue"] = {**k.values["epilogue"], "mirror": off}
             k.writes = k.writes + mirror
             k.comment += f"; stores {var.node.name}^T into its mirror too"
         plan.mirrors.append({"name": var.node.name, "src": at, "dst": off, "rows": rows, "cols": cols})
