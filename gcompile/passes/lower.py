@@ -1059,8 +1059,7 @@ def mirror_variables(kernels: dict, plan) -> None:
     only (its update: dW's GEMM, C = W, its splits summed on a cluster or none) or not at all: that GEMM's
     end also stores each final value at (n, m) of the mirror (its functor says where, `mirror()`; the split's
     sum transposes its rows in shared memory first: gc_gemm_cuda.cuh's gc_ep_mirror), and the host's writes
-    of W refresh it (gc_refresh_mirrors:
-    gc_set_variable, gc_load). Otherwise the kernel reads W as it lies and its producer warps transpose each
+    of W refresh it (gc_refresh_mirrors: gc_set_variable, gc_load). Otherwise the kernel reads W as it lies and its producer warps transpose each
     K step of it, at every step (docs/compiler.md: 7.1-7.8 us against 4.8-5.1 for the MLP's b1000 x @ W1
     alone). The mirror is never in a checkpoint (it is no variable) and shares no bytes (a workspace). The
     GEMMs reading it and the one writing it read / write its bytes (streams.py orders them as W's)."""
@@ -1090,7 +1089,7 @@ def mirror_variables(kernels: dict, plan) -> None:
                              "the warp-specialized GEMMs x @ " + var.node.name + " (lower.py's mirror_variables)")
         mirror = [(off, off + var.node.nbytes)]
         for k in reading:
-            k.values.update(b=f"((const float*)(A + {off}))", trans_b=1)
+            k.values.update(b=f"((const float*)(A + {off}))", b_at=off, trans_b=1)
             k.reads = k.reads + mirror
             k.comment += f"; reads {var.node.name}^T, its mirror"
         for k in writing:   # its functor says where the mirror is; the kernel's end stores it (gc_ep_mirror)
