@@ -139,6 +139,29 @@ __device__ __forceinline__ void gc_mma_add(float (&acc)[MI][NJ][4], const float 
             for (int r = 0; r < 4; r++) acc[i][j][r] += part[i][j][r];
 }
 
+// mbarriers (shared::cta, 8 bytes; sm_90's try_wait; the warp-specialized GEMM's steps, a chain's staged Bs):
+// init with an arrival count; an arrive; a wait for the phase of this parity to complete; cp.async's arrive
+// once this thread's copies so far have landed (noinc: it counts as one of the barrier's arrivals).
+__device__ __forceinline__ void gc_mbar_init(void* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(bar)),
+                 "r"(count) : "memory");
+}
+__device__ __forceinline__ void gc_mbar_arrive(void* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"((unsigned)__cvta_generic_to_shared(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void gc_mbar_wait(void* bar, int parity) {
+    asm volatile("{ .reg .pred done; GC_MBAR_WAIT: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1; "
+                 "@!done bra GC_MBAR_WAIT; }" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void gc_mbar_copies_arrive(void* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
+                 :: "r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
+#endif
+}
+
 // Thread-block clusters (sm_90) in PTX: the cluster barrier (release / acquire: shared-memory writes before
 // it are seen by every block of the cluster after it; arrive and wait may be apart), this block's rank, and
 // the address of a shared variable in another block of the cluster (a generic pointer that plain loads read).

@@ -23,29 +23,6 @@
 // split's cluster sum (all threads, the producer's too) or the partials for their reader.
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
-// The mbarriers (shared::cta): init with an arrival count; an arrive; a wait for the phase of this parity to
-// complete; cp.async's arrive once this thread's copies so far have landed (noinc: it counts as one of the
-// barrier's arrivals).
-__device__ __forceinline__ void gc_mbar_init(uint64_t* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(bar)),
-                 "r"(count) : "memory");
-}
-__device__ __forceinline__ void gc_mbar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"((unsigned)__cvta_generic_to_shared(bar))
-                 : "memory");
-}
-__device__ __forceinline__ void gc_mbar_wait(uint64_t* bar, int parity) {
-    asm volatile("{ .reg .pred done; GC_MBAR_WAIT: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1; "
-                 "@!done bra GC_MBAR_WAIT; }" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void gc_mbar_copies_arrive(uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
-                 :: "r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
-#endif
-}
-
 // A K step of one operand in the 128-byte-swizzled K-major layout: X rows of 32 k, row x's 128 bytes at
 // x * 128, its chunk c (k 4c .. 4c + 3) at position c ^ (x % 8). The descriptor's stride between 8-row groups
 // (SBO) is 1024 bytes; the k8 slice j starts 32 j bytes into each line (the swizzle is applied by the tensor
@@ -53,9 +30,8 @@ __device__ __forceinline__ void gc_mbar_copies_arrive(uint64_t* bar) {
 struct gc_ws_layout {
     __device__ static __forceinline__ int chunk(int x, int c) { return x * 128 + ((c ^ (x & 7)) << 4); }
     __device__ static __forceinline__ int element(int x, int k) { return chunk(x, k >> 2) + (k & 3) * 4; }
-    __device__ static __forceinline__ uint64_t desc(const void* s) {
-        const uint32_t a = (uint32_t)__cvta_generic_to_shared(s);
-        return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+    __device__ static __forceinline__ uint64_t desc(const void* s) {   // gc_wgmma_desc's, and the swizzle mode
+        return gc_wgmma_desc(s, 16, 1024) | (uint64_t)1 << 62;                // (LBO: unused by this layout)
     }
 };
 

@@ -545,10 +545,10 @@ constexpr unsigned GC_STAGE_CHUNK = 32768;   // bytes a bulk copy
 __device__ __forceinline__ void gc_stage_expect(unsigned long long* bar, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (threadIdx.x == 0) {
-        const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b) : "memory");
+        gc_mbar_init(bar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "r"(bytes) : "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                     :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
     }
 #else
     (void)bar, (void)bytes;
@@ -571,9 +571,7 @@ __device__ __forceinline__ void gc_stage_copy(void* dst, const void* src, unsign
 }
 __device__ __forceinline__ void gc_stage_wait(unsigned long long* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-    asm volatile("{ .reg .pred done; GC_STAGE_WAIT: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0; "
-                 "@!done bra GC_STAGE_WAIT; }" :: "r"(b) : "memory");
+    gc_mbar_wait(bar, 0);
 #else
     (void)bar;
 #endif
