@@ -620,6 +620,19 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
 #endif
 }
 
+// Whether this GPU runs wgmma (compute capability 9.0 only: sm_90a's), for both wgmma kernels' launches: GC_OK,
+// else a message that says how to build instead (`instead`).
+static int gc_wgmma_device(const char* instead) {
+    const int cc = gc_compute_capability();
+    if (cc == 0)
+        return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
+                       "the CUDA runtime cannot tell this GPU's compute capability");
+    if (cc != 90)
+        return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
+                       "this GPU is of compute capability %d.%d; build %s for it", cc / 10, cc % 10, instead);
+    return GC_OK;
+}
+
 // The launch (gc_gemm_launch has checked the shape and the rows, made the grid and the cluster attribute): a
 // GPU of compute capability 9.0 only (wgmma is sm_90a's).
 template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
@@ -629,14 +642,7 @@ static int gc_gemm_wg_launch_as(dim3 grid, cudaLaunchAttribute* cluster, const g
 }
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_wg_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
-    const int cc = gc_compute_capability();
-    if (cc == 0)
-        return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
-                       "the CUDA runtime cannot tell this GPU's compute capability");
-    if (cc != 90)
-        return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
-                       "this GPU is of compute capability %d.%d; build %s for it", cc / 10, cc % 10,
-                       Tile::TF32 == 4 ? "without the tuning record that chose the tile" : "with precision fp32");
+    GC_TRY(gc_wgmma_device(Tile::TF32 == 4 ? "without the tuning record that chose the tile" : "with precision fp32"));
     if constexpr (RA && TA && Tile::TF32 == 4) {   // uint8 rows: A's bytes (gc_gemm_launch refused them elsewhere)
         if (p.rows.u8) return gc_gemm_wg_launch_as<T, TA, TB, Tile, Ep, 2>(grid, cluster, p);
     }

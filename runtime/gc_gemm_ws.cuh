@@ -229,11 +229,7 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p) {
 // GPU of compute capability 9.0 only (wgmma is sm_90a's).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_ws_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
-    const int cc = gc_compute_capability();
-    if (cc != 90)
-        return gc_fail(GC_ERR_DEVICE, "gc_gemm: this GEMM's tile uses wgmma tensor cores (sm_90a: H100, H200), and "
-                       "this GPU is %s; build with precision fp32 for it",
-                       cc ? "of another compute capability" : "of a compute capability the CUDA runtime cannot tell");
+    GC_TRY(gc_wgmma_device("with precision fp32"));
     return gc_gemm_launch_pipelined<gc_gemm_ws_kernel<T, TA, TB, Tile, Ep, RA ? 1 : 0>, Tile>(
         grid, cluster, gc_ws_smem<TB, Tile, RA ? 1 : 0>::bytes, p);
 }
