@@ -307,10 +307,11 @@ def test_a_chain_holds_a_b_read_as_b_and_b_transposed_in_registers():
     assert not any(st.get("regs") is not None for st in heads_chain.values["stages"])
 
 
-def mlp_builds_with_and_without(tmp_path, monkeypatch, marker: str, off: list[str]) -> dict:
-    """The MLP b128 built for cuda as the lowering makes it ("with": `marker` in its source) and with the
-    Lowering methods named in `off` returning None ("without": no `marker`): {label: artifact}. Skips without
-    nvcc."""
+def mlp_builds_with_and_without(tmp_path, monkeypatch, marker: str, off: list[str], batch: int = 128,
+                                constants: dict | None = None) -> dict:
+    """The MLP (batch 128 unless said) built for cuda as the lowering makes it ("with": `marker` in its source)
+    and with the Lowering methods named in `off` returning None and lower.py's `constants` set ("without": no
+    `marker`): {label: artifact}. Skips without nvcc."""
     if not shutil.which("nvcc"):
         pytest.skip("nvcc is not installed")
     import gcompile.passes.lower as lowering
@@ -321,7 +322,10 @@ def mlp_builds_with_and_without(tmp_path, monkeypatch, marker: str, off: list[st
         if label == "without":
             for name in off:
                 monkeypatch.setattr(lowering.Lowering, name, lambda self, *args: None)
-        source = compile_program(mlp_program(128), "cuda", "mlp", build_command=header_commands("cuda", compiler, flags))
+            for name, value in (constants or {}).items():
+                monkeypatch.setattr(lowering, name, value)
+        source = compile_program(mlp_program(batch), "cuda", "mlp",
+                                 build_command=header_commands("cuda", compiler, flags))
         assert (marker in source.source) == (label == "with")
         artifacts[label] = build(source, tmp_path / label, None)
     return artifacts
@@ -638,6 +642,63 @@ def test_the_chain_reading_its_staged_bs_gives_the_same_bits(tmp_path, monkeypat
         for name in a.variables:
             np.testing.assert_array_equal(a.get(name), b.get(name))
         np.testing.assert_array_equal(a.forward(x)["logits"], b.forward(x)["logits"])
+
+
+def test_a_chain_stage_reading_w_transposed_reads_ws_mirror():
+    """MLP b1000 on cuda (the chain's blocks outnumber the SMs: its Bs stay in global memory): dh1 = dh2 W2^T
+    (N 256, K 100) reads W2's mirror (W2^T, 100 x 256) without TB, which dW2's GEMM stores at its end and the
+    host's writes refresh; dh2 = dlogits W3^T (K 10, below CHAIN_MIRROR_MIN_K) reads W3 itself. Not at b128
+    (the chain copies W2 into shared memory and holds it in registers), not on the cpu target."""
+    from gcompile.passes.lower import CHAIN_MIRROR_MIN_K
+    assert 10 < CHAIN_MIRROR_MIN_K <= 100
+    src = compile_program(mlp_program(1000), "cuda")
+    (mirror,) = src.plan.mirrors
+    buf = {b.node.name: b for b in src.plan.buffers if b.node.name in ("W2", "W3")}
+    offset, size = src.plan.workspaces["mirror of W2"]
+    assert (mirror["name"], mirror["src"], mirror["dst"], mirror["rows"], mirror["cols"], size) == \
+        ("W2", buf["W2"].offset, offset, 256, 100, 256 * 100 * 4)
+    chain = next(k for k in src.kernels["train"] if k.kind == "chain")
+    gemms = [(st["n"], st["k"], st["trans_b"], st["b_at"]) for st in chain.values["stages"] if st["gemm"]]
+    assert gemms == [(100, 256, 0, buf["W2"].offset), (10, 100, 0, buf["W3"].offset),
+                     (100, 10, 1, buf["W3"].offset), (256, 100, 0, offset)]
+    assert (offset, offset + size) in chain.reads and "reads W2^T, its mirror" in chain.comment
+    (writer,) = [k for k in src.kernels["train"] if (offset, offset + size) in k.writes]
+    assert writer.kind == "matmul" and writer.values["c_at"] == buf["W2"].offset
+    assert writer.values["epilogue"]["mirror"] == offset
+    assert f"gc_row_gemm<float, false, 1000, 256, 100, 4>(\n        gc_row_matrix<float>{{" in src.source
+    assert f"((const float*)(A + {offset})), " in src.source.split(f"{chain.name}_kernel(")[1].split("\n}\n")[0]
+    assert f"gc_transpose((const float*)(A + {buf['W2'].offset}), (float*)(A + {offset}), 256, 100)" in src.source
+    assert not compile_program(mlp_program(128), "cuda").plan.mirrors
+    assert not compile_program(mlp_program(1000), "cpu").plan.mirrors
+
+
+@pytest.mark.gpu
+def test_the_chain_reading_ws_mirror_trains_as_reading_w_does(tmp_path, monkeypatch):
+    """MLP b1000: the chain's dh1 stage on W2's mirror gives the losses, parameters and eval logits of the
+    build reading W2 itself (to float rounding: its K groups differ), over steps, after the host sets W2 and
+    after a checkpoint's load (both refresh the mirror)."""
+    artifacts = mlp_builds_with_and_without(tmp_path, monkeypatch, "gc_row_gemm<float, false, 1000, 256, 100, 4>(",
+                                            [], batch=1000, constants={"CHAIN_MIRROR_MIN_K": 1 << 30})
+    rng = np.random.RandomState(9)
+    x, y = rng.rand(1000, 784).astype(np.float32), rng.randint(0, 10, 1000).astype(np.int32)
+    with gc.load(artifacts["with"]) as a, gc.load(artifacts["without"]) as b:
+        def same(what):
+            np.testing.assert_allclose(a.train_step(x, y), b.train_step(x, y), rtol=1e-5, err_msg=what)
+            for name in a.variables:
+                np.testing.assert_allclose(a.get(name), b.get(name), rtol=1e-4, atol=1e-6, err_msg=f"{what}: {name}")
+        for step in range(4):
+            same(f"step {step}")
+        w2 = rng.normal(0, 0.1, (256, 100)).astype(np.float32)
+        a.set("W2", w2)
+        b.set("W2", w2)
+        same("after set")
+        a.save(tmp_path / "a.ckpt")
+        a.set("W2", np.zeros((256, 100), np.float32))
+        a.load(tmp_path / "a.ckpt")
+        b.save(tmp_path / "b.ckpt")
+        b.load(tmp_path / "b.ckpt")
+        same("after load")
+        np.testing.assert_allclose(a.forward(x)["logits"], b.forward(x)["logits"], rtol=1e-4, atol=1e-5)
 
 
 def test_a_block_sums_its_global_accumulators_over_the_threads_that_take_slices():

@@ -1052,28 +1052,50 @@ def fold_split_sums(kernels: list, plan) -> None:
         c.comment += f"; sums {g.name}'s {split} splits first"
 
 
+# The least K of a chain's stage d @ W^T that reads W's mirror (mirror_variables)
+CHAIN_MIRROR_MIN_K = 64
+
+
 def mirror_variables(kernels: dict, plan) -> None:
-    """cuda: a GEMM x @ W on a warp-specialized wgmma tile (TF32 = 6: gc_gemm_ws_kernel), W a 2-D float32
-    variable, reads W's mirror W^T instead of W — a workspace of W's size, each row one column of W, k
-    contiguous as the kernel copies both operands (TB) — where the train step writes W in one GEMM's epilogue
-    only (its update: dW's GEMM, C = W, its splits summed on a cluster or none) or not at all: that GEMM's
-    end also stores each final value at (n, m) of the mirror (its functor says where, `mirror()`; the split's
-    sum transposes its rows in shared memory first: gc_gemm_cuda.cuh's gc_ep_mirror), and the host's writes
-    of W refresh it (gc_refresh_mirrors: gc_set_variable, gc_load). Otherwise the kernel reads W as it lies and its producer warps transpose each
-    K step of it, at every step (docs/compiler.md: 7.1-7.8 us against 4.8-5.1 for the MLP's b1000 x @ W1
-    alone). The mirror is never in a checkpoint (it is no variable) and shares no bytes (a workspace). The
-    GEMMs reading it and the one writing it read / write its bytes (streams.py orders them as W's)."""
+    """cuda: readers of a 2-D float32 variable W that would rather have W^T read W's mirror instead — a
+    workspace of W's size holding W^T — where the train step writes W in one GEMM's epilogue only (its update:
+    dW's GEMM, C = W, its splits summed on a cluster or none) or not at all. The readers:
+      * a GEMM x @ W on a warp-specialized wgmma tile (TF32 = 6: gc_gemm_ws_kernel), which copies both operands
+        k contiguous: it reads the mirror as B with TB. Otherwise its producer warps transpose each K step of
+        W, at every step (docs/compiler.md: 7.1-7.8 us against 4.8-5.1 for the MLP's b1000 x @ W1 alone);
+      * a chain's GEMM stage d @ W^T of N > 32 columns and K >= CHAIN_MIRROR_MIN_K reading W from global
+        memory (not staged in shared memory, not held in registers: a chain of more blocks than SMs, the MLP's
+        dh1 = dh2 W2^T at b1000): it reads the mirror as B without TB, a thread's 4 columns one 16-byte load a
+        k, a warp's loads one run, where with TB a thread owns a column whose k run it reads alone (the warp's
+        loads 32 rows apart: twice the L1 wavefronts). H100, b1000 tf32 trainer (docs/compiler.md): the chain
+        12.74 -> 11.94 us with W2's mirror; W3's for dh2 (K 10: most of the K groups gc_row_gemm makes
+        without TB are empty, their partials summed all the same) took that back.
+    That GEMM's end also stores each final value at (n, m) of the mirror (its functor says where, `mirror()`;
+    the split's sum transposes its rows in shared memory first: gc_gemm_cuda.cuh's gc_ep_mirror), and the
+    host's writes of W refresh it (gc_refresh_mirrors: gc_set_variable, gc_load). The mirror is never in a
+    checkpoint (it is no variable) and shares no bytes (a workspace). The kernels reading it and the one
+    writing it read / write its bytes (streams.py orders them as W's)."""
     variables = {b.offset: b for b in plan.buffers if b.region == "persistent" and b.node.op == "variable"
                  and b.node.dtype == "float32" and b.node.ndim == 2}
-    readers = {}
+    readers = {}   # W's offset -> [(kernel, the values to retarget: the GEMM's or a chain stage's)]
     for ks in kernels.values():
         for k in ks:
             v = k.values
-            if k.kind != "matmul" or v["trans_a"] or v["trans_b"] or v["batch"] != 1 or v["ctype"] != "float":
-                continue
-            var = variables.get(v["b_at"])
-            if var is not None and Tile.parse(v["tile"])[0].tf32 == 6 and var.node.shape == (v["k"], v["n"]):
-                readers.setdefault(var.offset, []).append(k)
+            if k.kind == "matmul" and not (v["trans_a"] or v["trans_b"] or v["batch"] != 1 or v["ctype"] != "float"):
+                var = variables.get(v["b_at"])
+                if var is not None and Tile.parse(v["tile"])[0].tf32 == 6 and var.node.shape == (v["k"], v["n"]):
+                    readers.setdefault(var.offset, []).append((k, v))
+            if k.kind == "chain":
+                staged = {part["ptr"] for part in (v["staged"] or {}).get("parts", [])}
+                for st in v["stages"]:
+                    if not (st["gemm"] and st["trans_b"] and st["n"] > 32 and st["k"] >= CHAIN_MIRROR_MIN_K
+                            and st["batch"] == 1
+                            and st["ctype"] == "float" and st.get("regs") is None and not st.get("in_warp")
+                            and not st.get("warp") and st["b"] not in staged):
+                        continue
+                    var = variables.get(st["b_at"])
+                    if var is not None and var.node.shape == (st["n"], st["k"]):
+                        readers.setdefault(var.offset, []).append((k, st))
     for at, reading in sorted(readers.items()):
         var = variables[at]
         rows, cols = var.node.shape
@@ -1085,13 +1107,16 @@ def mirror_variables(kernels: dict, plan) -> None:
                 and writing[0].values["batch"] == 1 and not writing[0].values.get("partials"))):
             continue
         name = f"mirror of {var.node.name}"
+        what = sorted({"the warp-specialized GEMMs x @ " + var.node.name if k.kind == "matmul"
+                       else "a chain's stage d @ " + var.node.name + "^T" for k, _ in reading})
         off = plan.workspace(name, var.node.nbytes, f"{var.node.name} transposed ({cols} x {rows}), read by "
-                             "the warp-specialized GEMMs x @ " + var.node.name + " (lower.py's mirror_variables)")
+                             + " and ".join(what) + " (lower.py's mirror_variables)")
         mirror = [(off, off + var.node.nbytes)]
-        for k in reading:
-            k.values.update(b=f"((const float*)(A + {off}))", b_at=off, trans_b=1)
-            k.reads = k.reads + mirror
-            k.comment += f"; reads {var.node.name}^T, its mirror"
+        for k, values in reading:
+            values.update(b=f"((const float*)(A + {off}))", b_at=off, trans_b=1 - values["trans_b"])
+            if mirror[0] not in k.reads:
+                k.reads = k.reads + mirror
+                k.comment += f"; reads {var.node.name}^T, its mirror"
         for k in writing:   # its functor says where the mirror is; the kernel's end stores it (gc_ep_mirror)
             k.values["epilogue"] = {**k.values["epilogue"], "mirror": off}
             k.writes = k.writes + mirror
