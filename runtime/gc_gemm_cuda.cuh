@@ -155,6 +155,11 @@ __device__ __forceinline__ void gc_mbar_wait(void* bar, int parity) {
                  "@!done bra GC_MBAR_WAIT; }" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(parity)
                  : "memory");
 }
+// An arrive that also expects `bytes` of asynchronous writes (st.async, bulk copies) to complete on it.
+__device__ __forceinline__ void gc_mbar_expect(void* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void gc_mbar_copies_arrive(void* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
@@ -163,10 +168,15 @@ __device__ __forceinline__ void gc_mbar_copies_arrive(void* bar) {
 }
 
 // Thread-block clusters (sm_90) in PTX: the cluster barrier (release / acquire: shared-memory writes before
-// it are seen by every block of the cluster after it; arrive and wait may be apart), this block's rank, and
-// the address of a shared variable in another block of the cluster (a generic pointer that plain loads read).
+// it are seen by every block of the cluster after it; arrive and wait may be apart; the release is a
+// MEMBAR.ALL.GPU a thread, so an arrive that publishes nothing is relaxed), this block's rank, and the address
+// of a shared variable in another block of the cluster (a generic pointer that plain loads read; or its
+// shared::cluster address, st.async's and remote mbarriers' operand).
 __device__ __forceinline__ void gc_cluster_arrive() {
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void gc_cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void gc_cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -185,6 +195,12 @@ __device__ __forceinline__ const T* gc_cluster_map(const T* p, unsigned rank) {
     uint64_t out;
     asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(p), "r"(rank));
     return reinterpret_cast<const T*>(out);
+}
+__device__ __forceinline__ unsigned gc_cluster_addr(const void* p, unsigned rank) {
+    unsigned out;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"((unsigned)__cvta_generic_to_shared(p)),
+                 "r"(rank));
+    return out;
 }
 
 // One step's block of an operand on its way from global to shared memory: ROWS x COLS of a row-major matrix
@@ -413,36 +429,17 @@ __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, 
     }
 }
 
-// Split-K's end (sm_90): each block of the cluster has its partial BM x BN tile in its shared memory (smem,
-// row-major); block `rank` sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order,
-// applies the epilogue to the sums and stores them (a thread's runs of 4 columns).
-template <int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep>
-__device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep, int b, int m0, int n0, int M,
-                                                     int N, T* C, bool vc) {
-    gc_cluster_sync();
-    constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;
-    const int rank = (int)gc_cluster_rank();
-    T sum[PER][4] = {};
-    auto run_at = [&](int i, int& row, int& col) {
-        const int e = threadIdx.x + i * THREADS;
-        row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
-        return RUNS % THREADS == 0 || e < RUNS;
-    };
-#pragma unroll
-    for (int i = 0; i < PER; i++) {
-        int row, col;
-        if (!run_at(i, row, col)) continue;
-#pragma unroll
-        for (int q = 0; q < S; q++) {
-            T v[4];
-            gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
-#pragma unroll
-            for (int r = 0; r < 4; r++) sum[i][r] += v[r];
-        }
-    }
-    // No block may leave while another still reads its shared memory: this block's reads are done here, so
-    // it says so before its epilogue and stores (a release after the stores would wait for C's writes).
-    gc_cluster_arrive();
+// The end of a split's sum: block `rank` holds the sums of its rows [rank RS, (rank + 1) RS) of the tile (RS =
+// BM / S) as runs of 4 columns (run_at(i, row, col) places run i); the epilogue, C's stores, then
+// `after_stores`, and a mirror (gc_ep_mirror) from the rows transposed in `free` (shared memory no block reads
+// any more: a column's RS values are then one run of the mirror's row n, stored by consecutive threads; single
+// stores down the columns took 0.8 us more in the MLP's dW1).
+template <int BM, int BN, int S, int THREADS, bool CM, bool CN, int PER, typename T, class Ep, class RunAt,
+          class After>
+__device__ __forceinline__ void gc_gemm_split_rows(T (&sum)[PER][4], RunAt&& run_at, T* free, const Ep& ep, int b,
+                                                   int m0, int n0, int M, int N, T* C, bool vc, int rank,
+                                                   After&& after_stores) {
+    constexpr int RS = BM / S;
 #pragma unroll
     for (int i = 0; i < PER; i++) {
         int row, col;
@@ -453,14 +450,11 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
         int row, col;
         if (run_at(i, row, col)) gc_gemm_store<4, CM, CN>(C, m0 + row, n0 + col, M, N, sum[i], vc);
     }
-    gc_cluster_wait();
+    after_stores();
     if constexpr (gc_ep_mirror<Ep>::value) {
-        // The mirror (gc_ep_mirror) from the block's rows transposed in its shared memory, free now that every
-        // block of the cluster has read it: a column's RS values are then one run of the mirror's row n,
-        // stored by consecutive threads (single stores down the columns took 0.8 us more in the MLP's dW1).
         constexpr int LD = RS + 1;   // (a column of the transposed rows, padded: fewer bank conflicts)
         static_assert(BN * LD <= BM * BN, "gc_gemm: the mirror's transposed rows fit the partial tile's bytes");
-        T* rows = const_cast<T*>(smem);
+        T* rows = free;
 #pragma unroll
         for (int i = 0; i < PER; i++) {
             int row, col;
@@ -475,6 +469,111 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
             if ((!CM || m < M) && (!CN || n < N)) mirror[(size_t)n * M + m] = rows[c * LD + j];
         }
     }
+}
+
+// The runs of 4 columns a thread sums in block `rank`'s rows of a split's tile: run i at (row, col) of the tile.
+template <int BM, int BN, int S, int THREADS>
+struct gc_split_runs {
+    static constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;
+    int rank;
+    __device__ __forceinline__ bool operator()(int i, int& row, int& col) const {
+        const int e = threadIdx.x + i * THREADS;
+        row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
+        return RUNS % THREADS == 0 || e < RUNS;
+    }
+};
+
+// Split-K's end (sm_90): each block of the cluster has its partial BM x BN tile in its shared memory (smem,
+// row-major); block `rank` sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order,
+// applies the epilogue to the sums and stores them (a thread's runs of 4 columns).
+template <int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep>
+__device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep, int b, int m0, int n0, int M,
+                                                     int N, T* C, bool vc) {
+    gc_cluster_sync();
+    typedef gc_split_runs<BM, BN, S, THREADS> Runs;
+    const int rank = (int)gc_cluster_rank();
+    const Runs run_at{rank};
+    T sum[Runs::PER][4] = {};
+#pragma unroll
+    for (int i = 0; i < Runs::PER; i++) {
+        int row, col;
+        if (!run_at(i, row, col)) continue;
+#pragma unroll
+        for (int q = 0; q < S; q++) {
+            T v[4];
+            gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
+#pragma unroll
+            for (int r = 0; r < 4; r++) sum[i][r] += v[r];
+        }
+    }
+    // No block may leave while another still reads its shared memory: this block's reads are done here, so
+    // it says so before its epilogue and stores (a release after the stores would wait for C's writes); the
+    // wait comes after them, before the mirror reuses this block's bytes.
+    gc_cluster_arrive();
+    gc_gemm_split_rows<BM, BN, S, THREADS, CM, CN>(sum, run_at, const_cast<T*>(smem), ep, b, m0, n0, M, N, C, vc,
+                                                   rank, [] { gc_cluster_wait(); });
+}
+
+// The same sum by pushes (gc_gemm_ws_kernel: x @ W1 at the MLP's step's head, no kernel beside it): once every
+// block of the cluster is done with its shared memory (free_smem, then the cluster barrier, arrive relaxed: it
+// publishes nothing but the mbarrier's init, which fence.mbarrier_init does), each sends its partial rows
+// [q RS, (q + 1) RS) (its accumulators, for_runs' runs of RUN) to block q's `inbox` (its shared memory, S slots
+// of RS x BN: slot `rank`) by st.async, counted on q's mbarrier (complete_tx), and waits for its own S slots.
+// No block reads another's shared memory, so none meets the others again before it leaves and no thread fences
+// its writes for them, where gc_gemm_split_reduce publishes its partial tile (a release: a MEMBAR.ALL.GPU a
+// thread) and meets the cluster at a second barrier (a sixth of the stall samples of the MLP's b1000 x @ W1,
+// H100 ncu). The same sums in the same order: the same bits. Measured for every split kernel, or for the
+// wgmma ones too, and not kept: docs/compiler.md.
+template <int RUN, int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep, class ForRuns,
+          class FreeSmem>
+__device__ __forceinline__ void gc_gemm_split_push(T* inbox, const Ep& ep, int b, int m0, int n0, int M, int N,
+                                                   T* C, bool vc, ForRuns&& for_runs, FreeSmem&& free_smem) {
+    typedef gc_split_runs<BM, BN, S, THREADS> Runs;
+    constexpr int RS = Runs::RS;
+    static_assert(RUN == 1 || RUN == 2 || RUN == 4, "gc_gemm_split_push: runs of 1, 2 or 4");
+    __shared__ __align__(8) uint64_t bar;   // the inbox's: one arrival (the expecting thread's), then the bytes
+    const int rank = (int)gc_cluster_rank();
+    free_smem();
+    if (threadIdx.x == 0) {
+        gc_mbar_init(&bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    gc_cluster_arrive_relaxed();   // this block's inbox is free and its mbarrier set
+    if (threadIdx.x == 0) gc_mbar_expect(&bar, S * RS * BN * (unsigned)sizeof(T));
+    gc_cluster_wait();             // ... and every other block's
+    for_runs([&](int row, int col, T* v) {
+        const unsigned q = (unsigned)(row / RS);
+        const unsigned to = gc_cluster_addr(inbox + (rank * RS + row % RS) * BN + col, q);
+        const unsigned at = gc_cluster_addr(&bar, q);
+        if constexpr (RUN == 1)
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+                         :: "r"(to), "f"(v[0]), "r"(at) : "memory");
+        else if constexpr (RUN == 2)
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+                         :: "r"(to), "f"(v[0]), "f"(v[1]), "r"(at) : "memory");
+        else
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+                         :: "r"(to), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]), "r"(at) : "memory");
+    });
+    gc_mbar_wait(&bar, 0);
+    const Runs run_at{rank};
+    T sum[Runs::PER][4] = {};
+#pragma unroll
+    for (int i = 0; i < Runs::PER; i++) {
+        int row, col;
+        if (!run_at(i, row, col)) continue;
+#pragma unroll
+        for (int q = 0; q < S; q++) {
+            T v[4];
+            gc_ld_run<4>(inbox + (q * RS + row - rank * RS) * BN + col, v);
+#pragma unroll
+            for (int r = 0; r < 4; r++) sum[i][r] += v[r];
+        }
+    }
+    // (the mirror reuses the inbox once every thread has read its slots)
+    gc_gemm_split_rows<BM, BN, S, THREADS, CM, CN>(sum, run_at, inbox, ep, b, m0, n0, M, N, C, vc, rank, [] {
+        if constexpr (gc_ep_mirror<Ep>::value) __syncthreads();
+    });
 }
 
 // The block's tile of C at (m0, n0): blocks walk groups of 8 tile rows column by column, so blocks running

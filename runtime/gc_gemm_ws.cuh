@@ -19,8 +19,9 @@
 // gc_gemm_wg_kernel, whose 4 warps a tile copy, read fragments and issue wgmma in turn (one warp a scheduler
 // at these sizes: issue-bound). Measured (H100, the MLP's b1000 x @ W1, 1000 x 256 x 784, A by row index,
 // alone, 20 launches in a CUDA graph): see docs/compiler.md. The tensor cores read an fp32 operand's top 19
-// bits (tf32 truncated, as gc_gemm_wg_kernel). The end is gc_gemm_finish's: the epilogue and the stores, the
-// split's cluster sum (all threads, the producer's too) or the partials for their reader.
+// bits (tf32 truncated, as gc_gemm_wg_kernel). The end: a split's cluster sum by pushes (gc_gemm_split_push:
+// all threads, the producer's too), else gc_gemm_finish's (the epilogue and the stores, or the partials for
+// their reader).
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 // A K step of one operand in the 128-byte-swizzled K-major layout: X rows of 32 k, row x's 128 bytes at
@@ -217,11 +218,16 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p) {
             for (int j = 0; j < BN / 2; j++) acc[j] = 0.f;
         }
     }
-    gc_gemm_finish<2, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M, g.N,
-                                                    C, p.vc, for_runs, [] {
+    auto free_smem = [] {
         gc_cp_wait<0>();
         __syncthreads();   // every warpgroup is done with the buffers
-    });
+    };
+    if constexpr (S > 1 && !gc_ep_partials<Ep>::value)   // the cluster's sum, pushed into the blocks' step bytes
+        gc_gemm_split_push<2, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M,
+                                                            g.N, C, p.vc, for_runs, free_smem);
+    else
+        gc_gemm_finish<2, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M, g.N,
+                                                        C, p.vc, for_runs, free_smem);
 #endif
 }
 
