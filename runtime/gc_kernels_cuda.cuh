@@ -198,17 +198,19 @@ struct gc_row_input {
     __device__ float operator()(int m, int c) const { return gc_rows_at(rows, m, k, c); }
 };
 
-// The shape of gc_row_gemm<T, TB, N, K, R>'s work (below) and the shared memory it needs: A's rows (staged
+// The shape of gc_row_gemm<T, TB, N, K, R, ONE>'s work (below) and the shared memory it needs: A's rows (staged
 // when short) and the G groups' partial sums. A chain's stages run one after another, a barrier between
 // two, so they share one buffer of the largest stage's size (gc_chain_work; a chain's T is float32: at most
-// 24 KB).
-template <typename T, bool TB, int N, int K, int R>
+// 24 KB). ONE (B K x N, the mirror of a B^T the stage would read with TB: lower.py's mirror_variables): a
+// thread owns one column and sums k in order, as with TB — the same sums, so the same bits — its loads a
+// warp's run of 32 columns a k.
+template <typename T, bool TB, int N, int K, int R, bool ONE = false>
 struct gc_row_gemm_shape {
     static constexpr int WARPS = GC_BLOCK / 32;
     static constexpr bool STAGE = N > 32 && R * K <= 2048;          // A's rows in shared memory
     // B moves in vectors of V along its contiguous dimension: columns (B is K x N) or k (B is N x K, TB);
     // the loop steps S k at a time, staged A rows read as vectors of S (S = 4 where K allows)
-    static constexpr int V = (TB ? K : N) % 4 == 0 ? 4 : 1;
+    static constexpr int V = !ONE && (TB ? K : N) % 4 == 0 ? 4 : 1;
     static constexpr int S = TB ? V : (STAGE && K % 4 == 0 ? 4 : 1);
     // steps unrolled: their B loads (L2 hits) go out together; a step's latency is the stage's cost. H100, MLP
     // step: 8 steps of S = 4 at 4 rows a block (batch 1000) 55.9 us, 2 of them 56.8; at 1 row (batch 128) 8
@@ -249,9 +251,9 @@ __device__ __forceinline__ void gc_row_gemm_sum(const T* partial, T* C, const Ep
 // one, B's rows read 4 k at a time (TB); G = GC_BLOCK / (threads a row's columns take), fewer where the
 // partials would pass 16 KB. `smem`: the block's gc_row_gemm_shape::bytes of shared memory. Every sum has
 // a fixed order: results are the same run to run.
-template <typename T, bool TB, int M, int N, int K, int R, typename AL, typename Ep>
+template <typename T, bool TB, int M, int N, int K, int R, bool ONE = false, typename AL, typename Ep>
 __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0, void* smem) {
-    using Sh = gc_row_gemm_shape<T, TB, N, K, R>;
+    using Sh = gc_row_gemm_shape<T, TB, N, K, R, ONE>;
     constexpr int G = Sh::G;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     T* const arow = (T*)smem;

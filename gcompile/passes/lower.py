@@ -1052,7 +1052,8 @@ def fold_split_sums(kernels: list, plan) -> None:
         c.comment += f"; sums {g.name}'s {split} splits first"
 
 
-# The least K of a chain's stage d @ W^T that reads W's mirror (mirror_variables)
+# The least K of a chain's stage d @ W^T that reads W's mirror (mirror_variables: the MLP's dh1, K 100, gains;
+# its dh2, K 10, loses)
 CHAIN_MIRROR_MIN_K = 64
 
 
@@ -1065,11 +1066,10 @@ def mirror_variables(kernels: dict, plan) -> None:
         W, at every step (docs/compiler.md: 7.1-7.8 us against 4.8-5.1 for the MLP's b1000 x @ W1 alone);
       * a chain's GEMM stage d @ W^T of N > 32 columns and K >= CHAIN_MIRROR_MIN_K reading W from global
         memory (not staged in shared memory, not held in registers: a chain of more blocks than SMs, the MLP's
-        dh1 = dh2 W2^T at b1000): it reads the mirror as B without TB, a thread's 4 columns one 16-byte load a
-        k, a warp's loads one run, where with TB a thread owns a column whose k run it reads alone (the warp's
-        loads 32 rows apart: twice the L1 wavefronts). H100, b1000 tf32 trainer (docs/compiler.md): the chain
-        12.74 -> 11.94 us with W2's mirror; W3's for dh2 (K 10: most of the K groups gc_row_gemm makes
-        without TB are empty, their partials summed all the same) took that back.
+        dh1 = dh2 W2^T at b1000): it reads the mirror as B without TB, a thread still one column summing k in
+        order (gc_row_gemm's ONE: the same sums, the same bits), a warp's loads one 128-byte run a k where
+        with TB each lane read its own column's k run (32 rows apart: twice the L1 wavefronts). H100, b1000
+        tf32 trainer (docs/compiler.md): 33.57 -> 33.11 us; W3's mirror for dh2 too (K 10) took it back.
     That GEMM's end also stores each final value at (n, m) of the mirror (its functor says where, `mirror()`;
     the split's sum transposes its rows in shared memory first: gc_gemm_cuda.cuh's gc_ep_mirror), and the
     host's writes of W refresh it (gc_refresh_mirrors: gc_set_variable, gc_load). The mirror is never in a
@@ -1114,6 +1114,8 @@ def mirror_variables(kernels: dict, plan) -> None:
         mirror = [(off, off + var.node.nbytes)]
         for k, values in reading:
             values.update(b=f"((const float*)(A + {off}))", b_at=off, trans_b=1 - values["trans_b"])
+            if k.kind == "chain":   # a column a thread, k in order: the stage's sums on W (gc_row_gemm's ONE)
+                values["b_mirror"] = True
             if mirror[0] not in k.reads:
                 k.reads = k.reads + mirror
                 k.comment += f"; reads {var.node.name}^T, its mirror"
