@@ -471,7 +471,8 @@ __device__ __forceinline__ void gc_gemm_split_rows(T (&sum)[PER][4], RunAt&& run
     }
 }
 
-// The runs of 4 columns a thread sums in block `rank`'s rows of a split's tile: run i at (row, col) of the tile.
+// The runs of 4 columns a thread sums in block `rank`'s rows of a split's tile: run i at (row, col) of the tile;
+// add: each run's S partials in rank order, block q's at at(q, row, col).
 template <int BM, int BN, int S, int THREADS>
 struct gc_split_runs {
     static constexpr int RS = BM / S, RUNS = RS * BN / 4, PER = (RUNS + THREADS - 1) / THREADS;
@@ -480,6 +481,21 @@ struct gc_split_runs {
         const int e = threadIdx.x + i * THREADS;
         row = rank * RS + e / (BN / 4), col = e % (BN / 4) * 4;
         return RUNS % THREADS == 0 || e < RUNS;
+    }
+    template <typename T, class At>
+    __device__ __forceinline__ void add(T (&sum)[PER][4], At&& at) const {
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            int row, col;
+            if (!(*this)(i, row, col)) continue;
+#pragma unroll
+            for (int q = 0; q < S; q++) {
+                T v[4];
+                gc_ld_run<4>(at(q, row, col), v);
+#pragma unroll
+                for (int r = 0; r < 4; r++) sum[i][r] += v[r];
+            }
+        }
     }
 };
 
@@ -494,18 +510,7 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
     const int rank = (int)gc_cluster_rank();
     const Runs run_at{rank};
     T sum[Runs::PER][4] = {};
-#pragma unroll
-    for (int i = 0; i < Runs::PER; i++) {
-        int row, col;
-        if (!run_at(i, row, col)) continue;
-#pragma unroll
-        for (int q = 0; q < S; q++) {
-            T v[4];
-            gc_ld_run<4>(gc_cluster_map<T>(smem, q) + row * BN + col, v);
-#pragma unroll
-            for (int r = 0; r < 4; r++) sum[i][r] += v[r];
-        }
-    }
+    run_at.add(sum, [&](int q, int row, int col) { return gc_cluster_map<T>(smem, q) + row * BN + col; });
     // No block may leave while another still reads its shared memory: this block's reads are done here, so
     // it says so before its epilogue and stores (a release after the stores would wait for C's writes); the
     // wait comes after them, before the mirror reuses this block's bytes.
@@ -558,18 +563,7 @@ __device__ __forceinline__ void gc_gemm_split_push(T* inbox, const Ep& ep, int b
     gc_mbar_wait(&bar, 0);
     const Runs run_at{rank};
     T sum[Runs::PER][4] = {};
-#pragma unroll
-    for (int i = 0; i < Runs::PER; i++) {
-        int row, col;
-        if (!run_at(i, row, col)) continue;
-#pragma unroll
-        for (int q = 0; q < S; q++) {
-            T v[4];
-            gc_ld_run<4>(inbox + (q * RS + row - rank * RS) * BN + col, v);
-#pragma unroll
-            for (int r = 0; r < 4; r++) sum[i][r] += v[r];
-        }
-    }
+    run_at.add(sum, [&](int q, int row, int col) { return inbox + (q * RS + row - rank * RS) * BN + col; });
     // (the mirror reuses the inbox once every thread has read its slots)
     gc_gemm_split_rows<BM, BN, S, THREADS, CM, CN>(sum, run_at, inbox, ep, b, m0, n0, M, N, C, vc, rank, [] {
         if constexpr (gc_ep_mirror<Ep>::value) __syncthreads();
