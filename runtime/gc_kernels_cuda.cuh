@@ -700,6 +700,194 @@ __device__ __forceinline__ void gc_chain_sum_partials(const T* __restrict__ part
     __syncthreads();
 }
 
+// ---- a chain's GEMM stage on tensor cores (precision="tf32": lower.py's chain_mma) ---------------------------
+// R = 8 or 16 rows of a block, transposed onto mma.sync m16n8k8 (tf32: the operands' top 19 bits, as the tf32
+// GEMM tiles take them): C^T = op(B)^T A^T, so a step's 16 x 8 A fragment is 16 of C's columns of B (read as B
+// lies, K x N or N x K with TB, from the chain's copy in shared memory, chain_staged, or global memory; its k
+// past K read as zeros) and its 8 x 8 B fragment 8 of the block's rows of A, staged in shared memory (k padded
+// to KP = 8 KT with zeros; the row stride LDA = 4 mod 8, so a fragment's 32 loads fall on 32 banks): no part of
+// a product is padding where R is 8 or 16. The block's warps take WN of the MT 16-column tiles side by side and
+// WK shares of the KT k steps: as many shares as leave each warp 2 k steps or more, 16 accumulators or fewer
+// and the stage's shared memory 40 KB or less (a warp waits on the mma's latency, not its rate: its tiles are its
+// independent sums); WK > 1 adds the shares' partial sums in share order (shared memory). Every sum has a
+// fixed order: results are the same run to run.
+template <bool TB, int N, int K, int R>
+struct gc_row_mma_shape {
+    static_assert(R == 16 || R == 8, "gc_row_mma: 8 or 16 rows a block");
+    static constexpr int WARPS = GC_BLOCK / 32, RT = R / 8;
+    // Column i of 16-column tile j: 16 j + i, or, SWZ, the j-th 16 of 32 columns interleaved (i = 0..3, 4..7,
+    // 8..11, 12..15 at 0, 16, 4, 20 of the 32 from 32 (j / 2) + 8 (j % 2)) where that puts a fragment's loads of
+    // B (K x N: lanes t k apart, g columns) on more banks: N = 4 mod 32 (the MLP's W2, N = 100)
+    __host__ __device__ static constexpr int col(bool swz, int j, int i) {
+        return swz ? 32 * (j / 2) + 8 * (j % 2) + (i & 3) + 4 * ((i >> 3) & 1) + 16 * ((i >> 2) & 1) : 16 * j + i;
+    }
+    static constexpr int conflicts(bool swz) {   // the most lanes of a fragment's load on one bank
+        int most = 0;
+        for (int bank = 0; bank < 32; bank++) {
+            int n = 0;
+            for (int lane = 0; lane < 32; lane++)
+                n += (TB ? col(swz, 0, lane / 4) * (K % 32) + lane % 4 : (lane % 4) * (N % 32) + col(swz, 0, lane / 4)) % 32 == bank;
+            most = n > most ? n : most;
+        }
+        return most;
+    }
+    static constexpr bool SWZ = !TB && conflicts(true) < conflicts(false);
+    static constexpr int MT = SWZ ? N / 32 * 2 + (N % 32 == 0 ? 0 : N % 32 <= 8 ? 1 : 2) : (N + 15) / 16;
+    static constexpr int KT = (K + 7) / 8, KP = KT * 8, LDA = KP + 4;
+    // the partial sums' row stride: a fragment's (rows 2 t, 2 t + 1; its columns) on 32 banks
+    static constexpr int LDP = (N + 15) / 16 * 16 + (SWZ ? 2 : 4);
+    static constexpr bool fits(int wk) {
+        return wk == 1 || ((KT + wk - 1) / wk >= 2 && (MT + WARPS / wk - 1) / (WARPS / wk) * RT <= 16 &&
+                           (R * LDA + wk * R * LDP + GC_BLOCK) * 4 <= 40960);
+    }
+    static constexpr int WK = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1, WN = WARPS / WK;
+    static constexpr int TW = (MT + WN - 1) / WN, KW = (KT + WK - 1) / WK;   // a warp's tiles and k steps
+    // (WK > 1: the shares' partial sums, then a word a thread: gc_row_mma's anchor)
+    static constexpr int PARTIAL = WK > 1 ? WK * R * LDP + GC_BLOCK : 0;
+    static constexpr size_t bytes = (size_t)(R * LDA + PARTIAL) * sizeof(float);
+    static constexpr bool covers() {   // every column below N in one tile's 16, once
+        for (int n = 0; n < N; n++) {
+            int times = 0;
+            for (int j = 0; j < MT; j++)
+                for (int i = 0; i < 16; i++) times += col(SWZ, j, i) == n;
+            if (times != 1) return false;
+        }
+        return true;
+    }
+    static_assert(covers(), "gc_row_mma: the tiles' columns cover C's");
+};
+
+// An epilogue's operands of one output (m, n), loaded before the sums where the functor says `ones` (lower.py's
+// chain_ones: its pack1 load1 / run1), else nothing: the functor loads them after.
+template <class Ep, bool = gc_ep_ones<Ep>::value> struct gc_ep_one {
+    __device__ __forceinline__ void load(const Ep&, int, int) {}
+    __device__ __forceinline__ uint32_t bits() const { return 0; }
+    __device__ __forceinline__ float apply(const Ep& ep, int m, int n, float acc) const { return ep(0, m, n, acc); }
+};
+template <class Ep> struct gc_ep_one<Ep, true> {
+    typename Ep::pack1 pk;
+    __device__ __forceinline__ void load(const Ep& ep, int m, int n) { pk = ep.load1(0, m, n); }
+    __device__ __forceinline__ uint32_t bits() const {   // (the pack's words xor-ed: gc_row_packs::anchor's)
+        static_assert(sizeof(typename Ep::pack1) % 4 == 0, "gc_ep_one: a pack of 4-byte words");
+        uint32_t b = 0;
+#pragma unroll
+        for (int w = 0; w < (int)(sizeof(typename Ep::pack1) / 4); w++) {
+            uint32_t word;
+            memcpy(&word, (const char*)&pk + 4 * w, 4);
+            b ^= word;
+        }
+        return b;
+    }
+    __device__ __forceinline__ float apply(const Ep& ep, int m, int n, float acc) const { return ep.run1(pk, 0, m, n, acc); }
+};
+
+// Rows row0 .. row0 + R - 1 of C = ep(A @ op(B)) (M x N, K, float32) by the block on tensor cores. `smem`: the
+// block's gc_row_mma_shape::bytes of shared memory. `bar`: where B is a copy still on its way (gc_stage_copy),
+// its mbarrier, waited on once A's rows are staged (else null).
+template <bool TB, int M, int N, int K, int R, typename AL, typename Ep>
+__device__ void gc_row_mma(AL a, const float* __restrict__ B, float* C, Ep ep, int row0, void* smem,
+                           unsigned long long* bar = nullptr) {
+    using Sh = gc_row_mma_shape<TB, N, K, R>;
+    constexpr int LDA = Sh::LDA, KP = Sh::KP, WN = Sh::WN, TW = Sh::TW, KW = Sh::KW, RT = Sh::RT;
+    float* const arow = (float*)smem;
+    float* const partial = arow + R * LDA;
+    {   // (every load before the first store: the stores would otherwise wait for each load in turn)
+        constexpr int IT = (R * KP + GC_BLOCK - 1) / GC_BLOCK;
+        float x[IT];
+#pragma unroll
+        for (int q = 0; q < IT; q++) {
+            const int i = threadIdx.x + q * GC_BLOCK, r = i / KP, k = i % KP;
+            x[q] = i < R * KP && k < K ? a(min(row0 + r, M - 1), k) : 0.f;   // (rows past M: computed, not stored)
+        }
+#pragma unroll
+        for (int q = 0; q < IT; q++) {
+            const int i = threadIdx.x + q * GC_BLOCK;
+            if (i < R * KP) arow[i / KP * LDA + i % KP] = x[q];
+        }
+    }
+    if (bar) gc_stage_wait(bar);
+    __syncthreads();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int wn = warp % WN, wk = warp / WN;
+    // accumulator element o = (i RT + h) 4 + e: tile i, rows 8 h ..: row 8 h + 2 t + e % 2, column
+    // 16 (wn + i WN) + g + 8 (e / 2); the epilogue's operands of the outputs this thread ends with, loaded now
+    auto row_of = [&](int o) { return o / 4 % RT * 8 + 2 * t + o % 2; };
+    auto col_of = [&](int o) { return Sh::col(Sh::SWZ, wn + o / (4 * RT) * WN, g + 8 * (o % 4 / 2)); };
+    constexpr int IT = (R * N + GC_BLOCK - 1) / GC_BLOCK, NO = Sh::WK == 1 ? TW * RT * 4 : IT;
+    gc_ep_one<Ep> ops[NO];
+#pragma unroll
+    for (int o = 0; o < NO; o++) {
+        int r, n;
+        if constexpr (Sh::WK == 1) r = row_of(o), n = col_of(o);
+        else r = min((int)threadIdx.x + o * GC_BLOCK, R * N - 1) / N, n = min((int)threadIdx.x + o * GC_BLOCK, R * N - 1) % N;
+        ops[o].load(ep, min(row0 + r, M - 1), min(n, N - 1));
+    }
+    float acc[TW * RT][4];
+#pragma unroll
+    for (int i = 0; i < TW * RT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[i][e] = 0.f;
+    auto w = [&](int k, int n) -> uint32_t {   // op(B)(k, n) (a column past N reads N - 1's)
+        n = min(n, N - 1);
+        return k < K ? __float_as_uint(TB ? B[(int64_t)n * K + k] : B[(int64_t)k * N + n]) : 0u;
+    };
+#pragma unroll
+    for (int s = 0; s < KW; s++) {
+        const int ks = wk * KW + s;
+        if (ks >= Sh::KT) break;
+        const int k = ks * 8 + t;
+        uint32_t bf[RT][2];
+#pragma unroll
+        for (int h = 0; h < RT; h++) {
+            bf[h][0] = __float_as_uint(arow[(h * 8 + g) * LDA + k]);
+            bf[h][1] = __float_as_uint(arow[(h * 8 + g) * LDA + k + 4]);
+        }
+#pragma unroll
+        for (int i = 0; i < TW; i++) {
+            const int j = wn + i * WN;
+            if (j < Sh::MT) {
+                const int n0 = Sh::col(Sh::SWZ, j, g), n1 = Sh::col(Sh::SWZ, j, g + 8);
+                const uint32_t af[4] = {w(k, n0), w(k, n1), w(k + 4, n0), w(k + 4, n1)};
+#pragma unroll
+                for (int h = 0; h < RT; h++) gc_mma_tf32(acc[i * RT + h], af, bf[h]);
+            }
+        }
+    }
+    if constexpr (Sh::WK == 1) {   // (the epilogue's values all made before the first store)
+#pragma unroll
+        for (int o = 0; o < NO; o++)
+            acc[o / 4][o % 4] = ops[o].apply(ep, min(row0 + row_of(o), M - 1), min(col_of(o), N - 1), acc[o / 4][o % 4]);
+#pragma unroll
+        for (int o = 0; o < NO; o++) {
+            const int r = row_of(o), n = col_of(o);
+            if (n < N && row0 + r < M) C[(int64_t)(row0 + r) * N + n] = acc[o / 4][o % 4];
+        }
+    } else {
+#pragma unroll
+        for (int o = 0; o < TW * RT * 4; o++)
+            if (wn + o / (4 * RT) * WN < Sh::MT && col_of(o) < N) partial[(wk * R + row_of(o)) * Sh::LDP + col_of(o)] = acc[o / 4][o % 4];
+        uint32_t anchor = 0;   // the epilogue's operands in registers before the barrier (gc_row_packs::anchor)
+#pragma unroll
+        for (int q = 0; q < IT; q++) anchor ^= ops[q].bits();
+        if (gc_ep_ones<Ep>::value) ((uint32_t*)partial)[Sh::WK * R * Sh::LDP + threadIdx.x] = anchor;
+        __syncthreads();
+        float v[IT];
+#pragma unroll
+        for (int q = 0; q < IT; q++) {
+            const int i = min((int)threadIdx.x + q * GC_BLOCK, R * N - 1), r = i / N, n = i % N;
+            float sum = 0.f;
+#pragma unroll
+            for (int h = 0; h < Sh::WK; h++) sum += partial[(h * R + r) * Sh::LDP + n];
+            v[q] = ops[q].apply(ep, min(row0 + r, M - 1), n, sum);
+        }
+#pragma unroll
+        for (int q = 0; q < IT; q++) {
+            const int i = threadIdx.x + q * GC_BLOCK, r = i / N, n = i % N;
+            if (i < R * N && row0 + r < M) C[(int64_t)(row0 + r) * N + n] = v[q];
+        }
+    }
+}
+
 // The largest of a chain's stages' gc_row_gemm_shape::bytes, rounded up to 16 bytes: the size of the
 // chain kernel's work buffer (at least 16: an array has a size, where no stage needs any).
 __host__ __device__ constexpr size_t gc_chain_work() { return 16; }

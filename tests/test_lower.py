@@ -762,6 +762,96 @@ def test_tf32_programs_chain_their_small_gemms_in_fp32():
     assert [k.kind for k in compile_program(logreg, "cuda", precision="tf32").kernels["train"]] == ["chain", "post"]
 
 
+def test_tf32_chains_of_a_large_batch_run_their_gemm_stages_on_tensor_cores():
+    """precision="tf32" on cuda, a chain that would take CHAIN_MMA_MIN_ROWS rows a block or more (the MLP's at
+    b1000: 4 in fp32) takes CHAIN_MMA_ROWS (8: 125 blocks and the collector, so W2 and W3 are staged in shared
+    memory and W2 has no mirror) and runs every GEMM stage on tensor cores (gc_row_mma, the first waiting for
+    the staged copy itself, after staging its A rows); the train and eval chains alike. Not in fp32, not at
+    b128 (a row a block), not on the cpu target; the wide chains of 1000 and 1001 rows too (the last block's
+    row clamped), not those of 40 and 64."""
+    from gcompile.passes.lower import CHAIN_MMA_MIN_ROWS, CHAIN_MMA_ROWS
+    assert (CHAIN_MMA_MIN_ROWS, CHAIN_MMA_ROWS) == (4, 8)
+    src = compile_program(mlp_program(1000), "cuda", precision="tf32")
+    for direction in ("train", "eval"):
+        (chain,) = [k for k in src.kernels[direction] if k.kind == "chain"]
+        gemms = [st for st in chain.values["stages"] if st["gemm"]]
+        assert chain.values["rows"] == 8 and chain.values["blocks"] == 125 and all(st["mma"] for st in gemms)
+        assert "(tensor cores)" in chain.comment and chain.values["staged"]["names"] == ["W2", "W3"]
+    assert not src.plan.mirrors
+    body = src.source.split(f"{src.kernels['train'][1].name}_kernel(unsigned char* __restrict__ A) {{")[1]
+    body = body.split("\n}\n")[0]
+    assert "gc_stage_wait(" not in body and body.count(", work, &staged_bar);") == 1
+    assert [line.split("(")[0].strip() for line in body.splitlines() if "gc_row_mma<" in line] == [
+        "gc_row_mma<false, 1000, 100, 256, 8>", "gc_row_mma<false, 1000, 10, 100, 8>",
+        "gc_row_mma<true, 1000, 100, 10, 8>", "gc_row_mma<true, 1000, 256, 100, 8>"]
+    assert "gc_row_mma_shape<false, 100, 256, 8>::bytes" in body
+    # its rows stage (softmax cross-entropy, 10 long) makes a slice's element values before storing them
+    (rows,) = [st for st in src.kernels["train"][1].values["stages"] if not st["gemm"]]
+    assert rows["element_values"]
+    assert not [st for st in compile_program(mlp_program(1000), "cuda").kernels["train"][1].values["stages"]
+                if not st["gemm"]][0]["element_values"]
+    for program, target, precision, rows in ((mlp_program(1000), "cuda", "fp32", 4),
+                                             (mlp_program(128), "cuda", "tf32", 1),
+                                             (mlp_program(1000), "cpu", "tf32", 4)):
+        chain = compile_program(program, target, precision=precision).kernels["train"][1]
+        assert chain.values["rows"] == rows and not any(st.get("mma") for st in chain.values["stages"])
+    wide = compile_program(wide_chains()[0], "cuda", precision="tf32")
+    assert [s[:3] for s in chain_shapes(wide.kernels["eval"])] == [(40, 1, 40), (64, 1, 64), (1000, 8, 125),
+                                                                   (1001, 8, 126)]
+    assert {k.values["m"] for k in wide.kernels["eval"] if k.kind == "chain"
+            and all(st["mma"] for st in k.values["stages"] if st["gemm"])} == {1000, 1001}
+
+
+def test_tensor_core_chains_compile_with_nvcc(tmp_path):
+    """The wide chains' tensor-core stages (N 256 and 48, K 48 and 256; N 100 and 50, K 50 and 100: columns
+    interleaved where B's rows are 4 mod 32 apart; N 10) build for the GPU."""
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    artifact = gc.compile(wide_chains()[0], target="cuda", out_dir=tmp_path, name="wide", precision="tf32")
+    source = open(artifact.source).read()
+    assert source.count("gc_row_mma<") == 8 and open(artifact.library, "rb").read(4) == b"\x7fELF"
+    for stage in ("false, 1000, 256, 48, 8", "true, 1000, 48, 256, 8", "false, 1001, 100, 50, 8",
+                  "false, 1001, 10, 100, 8", "true, 1001, 50, 100, 8"):
+        assert f"gc_row_mma<{stage}>(" in source
+
+
+def tf32_wide_chain(x, w1, w2, labels):
+    """A wide chain's loss and dx as tensor cores compute its GEMMs: each operand truncated to tf32 (its top 19
+    bits, the mma's), the sums in float64."""
+    def t(a):
+        return (np.ascontiguousarray(a, np.float32).view(np.uint32) & np.uint32(0xffffe000)).view(np.float32).astype(np.float64)
+    h = np.maximum(t(x) @ t(w1), 0).astype(np.float32)
+    logits = (t(h) @ t(w2)).astype(np.float32).astype(np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    m = len(labels)
+    loss = np.mean(np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(m), labels])
+    onehot = np.eye(w2.shape[1])[labels]
+    dlogits = ((p - onehot) / m).astype(np.float32)
+    dh = ((t(dlogits) @ t(w2).T) * (h > 0)).astype(np.float32)
+    return loss, t(dh) @ t(w1).T
+
+
+@pytest.mark.gpu
+def test_tensor_core_chains_match_numpy():
+    """The wide chains under tf32: those of 1000 and 1001 rows (on tensor cores) against their GEMMs computed
+    in numpy from tf32-truncated operands (the loss and dx, 1e-4 norm-wise; dx, made of p - y's cancelling
+    sums, is 1.4-1.7% off the float32 values); the others (fp32 row GEMMs) against the numpy executor."""
+    outputs, feeds = wide_chains()
+    want = gc.NumpyExecutor(outputs).run(feeds)
+    got = gc.Executor(outputs, target="cuda", precision="tf32").run(feeds)
+    by_name = {node.name: value for node, value in feeds.items()}
+    for k in range(4):
+        loss, dx = got[2 * k], got[2 * k + 1]
+        if len(dx) in (1000, 1001):
+            want_loss, want_dx = tf32_wide_chain(*(by_name[f"{n}{k}"] for n in ("x", "w1", "w2", "labels")))
+        else:
+            want_loss, want_dx = want[2 * k], want[2 * k + 1]
+        assert abs(loss - want_loss) <= 1e-4 * abs(want_loss), (k, loss, want_loss)
+        error = np.linalg.norm(dx - want_dx) / np.linalg.norm(want_dx)
+        assert np.isfinite(dx).all() and error <= 1e-4, f"chain {k} ({len(dx)} rows): dx's relative error {error:.3g}"
+
+
 def wide_chains():
     """(outputs, feeds): chains of GEMMs of more than 32 columns (gc_row_gemm's other form): relu layers and
     their row-local backward GEMMs at 40, 1000, 1001 (4 rows a block, the last block's 1 of them; K of 50 and

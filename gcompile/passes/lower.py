@@ -34,6 +34,12 @@ BLOCK = 256                      # threads per block of every fused kernel (GC_B
 # 24.2 us with a row a block (128 blocks), 25.0 with 2; at batch 1000 62.2 with 8 rows (125 blocks), 59.2 with 4.
 CHAIN_BLOCKS = 256
 CHAIN_MAX_ROWS = 8
+# precision="tf32": a chain that takes CHAIN_MMA_MIN_ROWS rows a block or more runs its GEMM stages on tensor
+# cores (chain_mma, gc_row_mma) at CHAIN_MMA_ROWS rows a block, its rows stages' element values in registers
+# (ELEMENT_REGISTERS' transformation) (H100, the MLP's b1000 tf32 trainer: 33.20 us a step with the fp32 stages
+# at 4 rows, 28.77 at 8 rows, 31.29 at 16; 28.91 -> 28.28 with the element values in registers; docs/compiler.md)
+CHAIN_MMA_MIN_ROWS = 4
+CHAIN_MMA_ROWS = 8
 PARTIALS_MAX = 1 << 20            # bytes of a split GEMM's partial tiles a chain may sum (fold_split_sums)
 STAGED_MAX = 128 * 1024           # bytes of Bs a chain may copy into each block's shared memory (chain_staged)
 # A chain's post GEMM (gc_col_gemm) computes POST_OUTPUTS // N rows of C a block (at least one): an output a
@@ -52,7 +58,8 @@ VECTOR = 4                       # elements per vector access of a map kernel (1
 # whole slice, of at most ELEMENT_REGISTERS elements, computes its element loop's values into registers first
 # and stores them after (cuda): loads and divisions of the slice's elements then overlap, where stores between
 # them kept them apart. Measured (docs/compiler.md): MLP b128 16.42 -> 16.21 us, but its b1000 chain (4 rows a
-# block) 39.01 -> 39.31, so one slice a block only.
+# block) 39.01 -> 39.31, so one slice a block only, or a tensor-core chain's (chain_mma: 8 rows a block, b1000
+# tf32 28.91 -> 28.28).
 ELEMENT_REGISTERS = 16
 # A chain at a row a block runs a GEMM stage of N <= 32 columns and K <= WARP_STAGE_MAX_K, the rows stage that
 # reads its C and a GEMM stage reading that stage's values as its A, as ONE warp's stage (Lowering.warp_stages:
@@ -239,9 +246,9 @@ class Lowering:
         on the arena's bytes, a stage reads what an earlier one wrote only at its own rows (values written at
         rows, chain.own_row_writes and own_row_reads: a block reads only the rows it computed), no stage
         writes bytes an earlier one reads, and no two stages write the same bytes; rows stages whose slices a
-        block's threads take R at a time. Under precision="tf32" a chain's GEMMs are computed in fp32 like any
-        other (tf32 lets GEMMs use tensor cores, it does not ask for less precision; a chain's B is small, no
-        tensor-core tile would fill): on an H100 the MLP's tf32 step was slower than its fp32 one without.
+        block's threads take R at a time. Under precision="tf32" a chain's GEMMs are computed in fp32 (a chain's
+        B is small, no tensor-core tile would fill: on an H100 the MLP's tf32 step at b128 was slower than its
+        fp32 one without) except where the batch is large (chain_mma): then on tensor cores, 8 rows a block.
         `stages`: the chain's row stages (chain.Chain.rows); its post stages are a kernel of their own (post)."""
         m = rows_of(stages[0])
         self.name = c_name(stages[-1], index)
@@ -259,7 +266,7 @@ class Lowering:
                         overlap(writes[i], [r for r in own_reads[j] if r not in links]) or \
                         overlap([w for w in writes[i] if w not in links], links):
                     return None
-        cap = CHAIN_MAX_ROWS
+        cap = BLOCK   # the rows stages' slices a block
         for node in stages:
             gemm = gemm_of(node)
             if gemm is not None:
@@ -267,7 +274,10 @@ class Lowering:
                     return None
             else:
                 cap = min(cap, threads(node.attrs["group"].layout)[0])
-        rows = chain_rows(m, cap)
+        rows = chain_rows(m, min(cap, CHAIN_MAX_ROWS))
+        mma = self.chain_mma(stages, m, rows, cap)
+        if mma:
+            rows = mma
         blocks = -(-m // rows)
         if blocks > 8192:
             return None
@@ -275,10 +285,11 @@ class Lowering:
         for i, node in enumerate(stages):
             if gemm_of(node) is not None:
                 v = self.gemm_step(node)
-                v["gemm"] = True
-                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']}")
+                v["gemm"], v["mma"] = True, bool(mma)
+                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']}" + (" (tensor cores)" if mma else ""))
             else:
-                v = GroupCode(self, node.attrs["group"]).segment(f"{self.name}_s{i}", per=rows, split=True)
+                v = GroupCode(self, node.attrs["group"]).segment(f"{self.name}_s{i}", per=rows, split=True,
+                                                                 element_registers=bool(mma))
                 v["gemm"] = False
                 assert v["blocks"] == blocks
                 what.append(f"{node.attrs['group'].kind} {m}x{node.attrs['group'].layout.domain[1]}")
@@ -303,7 +314,7 @@ class Lowering:
             if held:
                 name = next(part["name"] for part in staged["parts"] if part["ptr"] == values[held[0]]["b"])
                 text += f"; {name} held in registers by stages {held[0] + 1} and {held[1] + 1}"
-        if self.target == "cuda" and rows == 1:
+        if self.target == "cuda" and (rows == 1 or mma):
             self.chain_ones(stages, values)
         return Kernel("chain", self.name, f"{self.direction}: chain of {len(stages)} stages, {rows} rows a block: "
                       f"{text}", {"stages": values, "rows": rows, "blocks": blocks, "m": m, "collector": collector,
@@ -366,7 +377,8 @@ class Lowering:
         An epilogue that stores values of its own (LeNet's dropout mask) keeps its functor: epilogue_ones refuses it.
         (The same for the warp stage's last GEMM and the held B's second stage measured no faster.)"""
         for node, v in zip(stages, values):
-            if v["gemm"] and v["epilogue"] and node.op == "fused" and (v.get("warp") or v.get("regs") is not None):
+            if v["gemm"] and v["epilogue"] and node.op == "fused" and (v.get("warp") or v.get("regs") is not None
+                                                                       or v.get("mma")):
                 ones = GroupCode(self, node.attrs["group"]).epilogue_ones()
                 if ones:
                     v["epilogue"] = {**v["epilogue"], "ones": ones}
@@ -394,6 +406,20 @@ class Lowering:
                     p["regs"], q["regs_of"] = j, i
                     return i, j
         return None
+
+    def chain_mma(self, stages: list[Node], m: int, rows: int, cap: int) -> int:
+        """cuda, precision="tf32": the rows a block (CHAIN_MMA_ROWS, or 16 where that many blocks would outnumber
+        the SMs, so the stages' Bs stay staged: chain_staged) where the chain's GEMM stages run on tensor cores
+        (gc_row_mma, every GEMM stage float32 and 2-D), or 0: only where the chain would take
+        CHAIN_MMA_MIN_ROWS rows a block or more (a large batch: the MLP's b1000; at a row a block, b128, the
+        fp32 warp stages are faster) and its rows stages take that many rows a block."""
+        if self.target != "cuda" or self.precision != "tf32" or rows < CHAIN_MMA_MIN_ROWS:
+            return 0
+        if any(gemm_of(node) is not None and (gemm_of(node)[0].dtype != "float32" or gemm_of(node)[0].ndim != 2)
+               for node in stages):
+            return 0
+        want = CHAIN_MMA_ROWS if -(-m // CHAIN_MMA_ROWS) + 1 <= SMS else 16
+        return want if want <= cap else 0
 
     def chain_staged(self, stages: list[Node], values: list[dict], grid: int, writes) -> dict | None:
         """On cuda, the B operands of a chain's GEMM stages copied once into each block's shared memory by the TMA
@@ -819,14 +845,16 @@ class GroupCode:
 
     # --- kernels --------------------------------------------------------------------------------
     def segment(self, name: str, per: int | None = None, split: bool = False, registers: dict | None = None,
-                early: list | None = None) -> dict:
+                early: list | None = None, element_registers: bool = False) -> dict:
         """A rows group as the body of a kernel: per slice, the reduction phases, then the element loop. `name`
         names its workspace; `per`: the slices a block takes per round (default: its sx, all its threads);
         `split`: a chain's stage, whose global part is a function of its own (the kernel's tail) reading the
         blocks' partials, even on one block; `registers`: {arena offset: array}, a buffer whose value at the
         element's own index the element code reads from array[r] (a warp stage's rows, Lowering.warp_stages;
         `register_misses` counts its reads elsewhere); `early`: the byte ranges the kernel writes, for a warp
-        stage's rows whose slice-invariant reads of what it does not write load at its start (early_load)."""
+        stage's rows whose slice-invariant reads of what it does not write load at its start (early_load);
+        `element_registers`: a thread's short slice computed into registers before its stores even where a
+        block takes several slices a round (a chain of tensor-core stages, chain_mma)."""
         self.registers = registers or {}
         self.early = None if early is None else {"writes": early, "vars": {}, "stmts": []}
         lay = self.layout
@@ -898,7 +926,7 @@ class GroupCode:
         vector = self.vector_loop()
         # the block's one slice, a thread's whole and short: its values into registers, then its stores
         # (ELEMENT_REGISTERS; a warp stage's rows stage at any length, Lowering.warp_stages)
-        in_registers = sy == 1 and per == 1 and (lay.length <= ELEMENT_REGISTERS or bool(registers)) and not vector
+        in_registers = sy == 1 and (per == 1 or element_registers) and (lay.length <= ELEMENT_REGISTERS or bool(registers)) and not vector
         blocks = min(vector["tiles"], 2 ** 31 - 1) if vector else blocks_for(lay.slices, per)
         # A global reduction over several blocks: each stores its partials, the last to arrive (a ticket) sums
         # them in block order (gc_last_block). Ticket and partials (8 bytes a block each) are the kernel's
@@ -1091,7 +1119,7 @@ def mirror_variables(kernels: dict, plan) -> None:
                     if not (st["gemm"] and st["trans_b"] and st["n"] > 32 and st["k"] >= CHAIN_MIRROR_MIN_K
                             and st["batch"] == 1
                             and st["ctype"] == "float" and st.get("regs") is None and not st.get("in_warp")
-                            and not st.get("warp") and st["b"] not in staged):
+                            and not st.get("warp") and not st.get("mma") and st["b"] not in staged):
                         continue
                     var = variables.get(st["b_at"])
                     if var is not None and var.node.shape == (st["n"], st["k"]):
