@@ -369,9 +369,21 @@ template <class Ep, int NP, bool = gc_ep_ones<Ep>::value> struct gc_row_packs {
     template <typename T>
     __device__ __forceinline__ T apply(const Ep& ep, int row, int, int n, T acc) const { return ep(0, row, n, acc); }
 };
+// A pack's 4-byte words xor-ed: a value that needs all of them loaded (an anchor's).
+template <class Pack>
+__device__ __forceinline__ uint32_t gc_pack_bits(const Pack& pk) {
+    static_assert(sizeof(Pack) % 4 == 0, "gc_pack_bits: a pack of 4-byte words");
+    uint32_t bits = 0;
+#pragma unroll
+    for (int w = 0; w < (int)(sizeof(Pack) / 4); w++) {
+        uint32_t word;
+        memcpy(&word, (const char*)&pk + 4 * w, 4);
+        bits ^= word;
+    }
+    return bits;
+}
 template <class Ep, int NP> struct gc_row_packs<Ep, NP, true> {
     typename Ep::pack1 pk[NP];
-    static_assert(sizeof(typename Ep::pack1) % 4 == 0, "gc_row_packs: a pack of 4-byte words");
     template <class Column>
     __device__ __forceinline__ void load(const Ep& ep, int row, Column&& column) {
 #pragma unroll
@@ -380,13 +392,7 @@ template <class Ep, int NP> struct gc_row_packs<Ep, NP, true> {
     __device__ __forceinline__ void anchor(float* slot) const {   // (a slot the stage overwrites after its barrier)
         uint32_t bits = 0;
 #pragma unroll
-        for (int j = 0; j < NP; j++)
-#pragma unroll
-            for (int w = 0; w < (int)(sizeof(typename Ep::pack1) / 4); w++) {
-                uint32_t word;
-                memcpy(&word, (const char*)&pk[j] + 4 * w, 4);
-                bits ^= word;
-            }
+        for (int j = 0; j < NP; j++) bits ^= gc_pack_bits(pk[j]);
         memcpy(slot, &bits, 4);
     }
     template <typename T>
@@ -767,17 +773,7 @@ template <class Ep, bool = gc_ep_ones<Ep>::value> struct gc_ep_one {
 template <class Ep> struct gc_ep_one<Ep, true> {
     typename Ep::pack1 pk;
     __device__ __forceinline__ void load(const Ep& ep, int m, int n) { pk = ep.load1(0, m, n); }
-    __device__ __forceinline__ uint32_t bits() const {   // (the pack's words xor-ed: gc_row_packs::anchor's)
-        static_assert(sizeof(typename Ep::pack1) % 4 == 0, "gc_ep_one: a pack of 4-byte words");
-        uint32_t b = 0;
-#pragma unroll
-        for (int w = 0; w < (int)(sizeof(typename Ep::pack1) / 4); w++) {
-            uint32_t word;
-            memcpy(&word, (const char*)&pk + 4 * w, 4);
-            b ^= word;
-        }
-        return b;
-    }
+    __device__ __forceinline__ uint32_t bits() const { return gc_pack_bits(pk); }
     __device__ __forceinline__ float apply(const Ep& ep, int m, int n, float acc) const { return ep.run1(pk, 0, m, n, acc); }
 };
 
