@@ -242,7 +242,9 @@ static bool gc_pdl_supported() {
 }
 
 // A kernel that takes dynamic shared memory (the pipelined GEMMs, a chain's staged Bs): its limit raised to smem
-// bytes where that passes the 48 KB a kernel gets without asking, and its preferred carveout the largest
+// bytes (without asking a kernel gets 48 KB less its static shared memory: logistic regression's b1000 tf32
+// chain, 33 KB static and W's 31 KB copy, failed to launch with the limit raised only past 48 KB), and its
+// preferred carveout the largest
 // shared memory (228 KB an SM, the L1 cache what is left): once per process (each kernel launches with one
 // size). An SM's split of L1 and shared memory is set by the blocks it runs; left to the driver, a kernel of
 // two 79 KB blocks an SM (the wgmma tf32-parts dW1) got SMs configured for them alone (164 KB), and the GEMMs
@@ -252,7 +254,7 @@ template <auto Kernel>
 static int gc_raise_smem(size_t smem) {
     static bool raised = false;
     if (!raised) {
-        if (smem > 48 * 1024)
+        if (smem > 0)
             GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          (int)cudaSharedmemCarveoutMaxShared));
@@ -263,8 +265,8 @@ static int gc_raise_smem(size_t smem) {
 
 // Launch kernel<<<grid, block, smem>>>(args...) on the current stream (gc_on; the per-thread default stream
 // outside a step's branches), with the attributes in `extra` (at most 3) and, where supported, programmatic
-// serialization against the previous kernel. smem: bytes of dynamic shared memory (over 48 KB only once the
-// caller has raised the kernel's limit, gc_raise_smem).
+// serialization against the previous kernel. smem: bytes of dynamic shared memory (past 48 KB less the kernel's
+// static shared memory only once the caller has raised the kernel's limit, gc_raise_smem).
 template <typename... Params, typename... Args>
 static int gc_launch_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaLaunchAttribute* extra,
                           int n_extra, Args... args) {
