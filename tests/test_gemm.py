@@ -575,8 +575,8 @@ def test_cli_precision_flag(capsys):
 def test_tf32_training_step_follows_fp32(tmp_path, model):
     """The MLP's tf32 training step at batch 1000 (its GEMMs with their fused epilogues: bias + ReLU, the
     ReLU mask, split-K; its chain's on tensor cores) tracks the fp32 step: the same losses to the tf32
-    tolerance over a few steps. So does logistic regression's (its chain on tensor cores with W's 31 KB copy
-    beside 33 KB of static shared memory: it once failed to launch, its dynamic limit not raised)."""
+    tolerance over a few steps. So does logistic regression's (its chain, on tensor cores at 6e9c1d5 with W's
+    31 KB copy beside 33 KB of static shared memory, once failed to launch: its dynamic limit not raised)."""
     import gcompile as gc
     from conftest import load_example
     program = load_example(model).program(batch_size=1000, lr=0.1)

@@ -795,6 +795,22 @@ def test_tf32_chains_of_a_large_batch_run_their_gemm_stages_on_tensor_cores():
                                              (mlp_program(1000), "cpu", "tf32", 4)):
         chain = compile_program(program, target, precision=precision).kernels["train"][1]
         assert chain.values["rows"] == rows and not any(st.get("mma") for st in chain.values["stages"])
+    # not where a GEMM stage's A is the image input read in place (logistic regression's x @ W)
+    logreg = compile_program(load_example("mnist_logreg").program(batch_size=1000), "cuda", precision="tf32")
+    (chain,) = [k for k in logreg.kernels["train"] if k.kind == "chain"]
+    assert chain.values["rows"] == 4 and chain.values["stages"][0]["rows"] and not chain.values["stages"][0]["mma"]
+    # a chain whose static shared memory (the stages' work) and staged copy pass 48 KB only together: its
+    # launch raises the kernel's dynamic limit all the same (gc_raise_smem)
+    x, y = gc.placeholder("x", (1000, 784)), gc.placeholder("y", (1000,), dtype="int32")
+    w0, w1 = (gc.variable(n, s, init=gc.init.zeros()) for n, s in (("w0", (784, 784)), ("w1", (784, 10))))
+    loss = gc.softmax_cross_entropy(gc.relu(x @ w0) @ w1, y)
+    wide = compile_program(gc.Program(loss, params=[w0, w1], optimizer=gc.SGD(lr=0.1)), "cuda", precision="tf32")
+    (chain,) = [k for k in wide.kernels["train"] if k.kind == "chain"]
+    assert chain.values["staged"]["bytes"] == 31360 and all(st["mma"] for st in chain.values["stages"] if st["gemm"])
+    assert "gc_row_mma_shape<false, 10, 784, 8>::bytes" in wide.source
+    assert f"GC_TRY(gc_raise_smem<{chain.name}_kernel>(31360));" in wide.source
+    assert "        if (smem > 0)\n            GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize" \
+        in wide.source
     wide = compile_program(wide_chains()[0], "cuda", precision="tf32")
     assert [s[:3] for s in chain_shapes(wide.kernels["eval"])] == [(40, 1, 40), (64, 1, 64), (1000, 8, 125),
                                                                    (1001, 8, 126)]
