@@ -884,8 +884,9 @@ __device__ void gc_row_mma(AL a, const float* __restrict__ B, float* C, Ep ep, i
     }
 }
 
-// The largest of a chain's stages' gc_row_gemm_shape::bytes, rounded up to 16 bytes: the size of the
-// chain kernel's work buffer (at least 16: an array has a size, where no stage needs any).
+// The largest of a chain's stages' gc_row_gemm_shape::bytes (or gc_row_mma_shape's, gc_reg_row_gemm_shape's),
+// rounded up to 16 bytes: the size of the chain kernel's work buffer (at least 16: an array has a size, where no
+// stage needs any).
 __host__ __device__ constexpr size_t gc_chain_work() { return 16; }
 template <typename... More>
 __host__ __device__ constexpr size_t gc_chain_work(size_t bytes, More... more) {

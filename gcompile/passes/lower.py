@@ -408,11 +408,12 @@ class Lowering:
         return None
 
     def chain_mma(self, stages: list[Node], m: int, rows: int, cap: int) -> int:
-        """cuda, precision="tf32": the rows a block (CHAIN_MMA_ROWS, or 16 where that many blocks would outnumber
-        the SMs, so the stages' Bs stay staged: chain_staged) where the chain's GEMM stages run on tensor cores
-        (gc_row_mma, every GEMM stage float32 and 2-D), or 0: only where the chain would take
+        """cuda, precision="tf32": the rows a block (CHAIN_MMA_ROWS) where the chain's GEMM stages run on tensor
+        cores (gc_row_mma, every GEMM stage float32 and 2-D), or 0: only where the chain would take
         CHAIN_MMA_MIN_ROWS rows a block or more (a large batch: the MLP's b1000; at a row a block, b128, the
-        fp32 warp stages are faster) and its rows stages take that many rows a block, and not where a stage's
+        fp32 warp stages are faster), its blocks and the collector fit the SMs at CHAIN_MMA_ROWS (so its Bs
+        are staged, chain_staged: gc_row_mma's 16 rows, measured slower at b1000, are not used past that,
+        nor are they tested on a GPU), its rows stages take that many rows a block, and not where a stage's
         A is the image input read in place (logistic regression's x @ W: its trainer's step, H100 bench,
         16.5 us a step with the fp32 stages, 24.2 on tensor cores, each A element loaded through its row's
         index; the library step, from its input buffer, 13.58 -> 11.78)."""
@@ -421,8 +422,7 @@ class Lowering:
         if any(gemm_of(node) is not None and (gemm_of(node)[0].dtype != "float32" or gemm_of(node)[0].ndim != 2
                                               or self.read_in_place(gemm_of(node)[1])) for node in stages):
             return 0
-        want = CHAIN_MMA_ROWS if -(-m // CHAIN_MMA_ROWS) + 1 <= SMS else 16
-        return want if want <= cap else 0
+        return CHAIN_MMA_ROWS if -(-m // CHAIN_MMA_ROWS) + 1 <= SMS and CHAIN_MMA_ROWS <= cap else 0
 
     def chain_staged(self, stages: list[Node], values: list[dict], grid: int, writes) -> dict | None:
         """On cuda, the B operands of a chain's GEMM stages copied once into each block's shared memory by the TMA
