@@ -155,6 +155,11 @@ __device__ __forceinline__ void gc_mbar_wait(void* bar, int parity) {
                  "@!done bra GC_MBAR_WAIT; }" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(parity)
                  : "memory");
 }
+// An init (one thread) that the async proxy (bulk copies, st.async) and the cluster's other blocks see.
+__device__ __forceinline__ void gc_mbar_init_published(void* bar, int count) {
+    gc_mbar_init(bar, count);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 // An arrive that also expects `bytes` of asynchronous writes (st.async, bulk copies) to complete on it.
 __device__ __forceinline__ void gc_mbar_expect(void* bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -539,10 +544,7 @@ __device__ __forceinline__ void gc_gemm_split_push(T* inbox, const Ep& ep, int b
     __shared__ __align__(8) uint64_t bar;   // the inbox's: one arrival (the expecting thread's), then the bytes
     const int rank = (int)gc_cluster_rank();
     free_smem();
-    if (threadIdx.x == 0) {
-        gc_mbar_init(&bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) gc_mbar_init_published(&bar, 1);
     gc_cluster_arrive_relaxed();   // this block's inbox is free and its mbarrier set
     if (threadIdx.x == 0) gc_mbar_expect(&bar, S * RS * BN * (unsigned)sizeof(T));
     gc_cluster_wait();             // ... and every other block's

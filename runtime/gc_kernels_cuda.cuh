@@ -553,10 +553,8 @@ constexpr unsigned GC_STAGE_CHUNK = 32768;   // bytes a bulk copy
 __device__ __forceinline__ void gc_stage_expect(unsigned long long* bar, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (threadIdx.x == 0) {
-        gc_mbar_init(bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                     :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+        gc_mbar_init_published(bar, 1);
+        gc_mbar_expect(bar, bytes);
     }
 #else
     (void)bar, (void)bytes;
@@ -813,9 +811,8 @@ __device__ void gc_row_mma(AL a, const float* __restrict__ B, float* C, Ep ep, i
     gc_ep_one<Ep> ops[NO];
 #pragma unroll
     for (int o = 0; o < NO; o++) {
-        int r, n;
-        if constexpr (Sh::WK == 1) r = row_of(o), n = col_of(o);
-        else r = min((int)threadIdx.x + o * GC_BLOCK, R * N - 1) / N, n = min((int)threadIdx.x + o * GC_BLOCK, R * N - 1) % N;
+        const int i = min((int)threadIdx.x + o * GC_BLOCK, R * N - 1);   // (WK > 1: output i of the rows)
+        const int r = Sh::WK == 1 ? row_of(o) : i / N, n = Sh::WK == 1 ? col_of(o) : i % N;
         ops[o].load(ep, min(row0 + r, M - 1), min(n, N - 1));
     }
     float acc[TW * RT][4];
@@ -865,7 +862,7 @@ __device__ void gc_row_mma(AL a, const float* __restrict__ B, float* C, Ep ep, i
         uint32_t anchor = 0;   // the epilogue's operands in registers before the barrier (gc_row_packs::anchor)
 #pragma unroll
         for (int q = 0; q < IT; q++) anchor ^= ops[q].bits();
-        if (gc_ep_ones<Ep>::value) ((uint32_t*)partial)[Sh::WK * R * Sh::LDP + threadIdx.x] = anchor;
+        if constexpr (gc_ep_ones<Ep>::value) ((uint32_t*)partial)[Sh::WK * R * Sh::LDP + threadIdx.x] = anchor;
         __syncthreads();
         float v[IT];
 #pragma unroll

@@ -244,12 +244,12 @@ static bool gc_pdl_supported() {
 // A kernel that takes dynamic shared memory (the pipelined GEMMs, a chain's staged Bs): its limit raised to smem
 // bytes (without asking a kernel gets 48 KB less its static shared memory: logistic regression's b1000 tf32
 // chain, 33 KB static and W's 31 KB copy, failed to launch with the limit raised only past 48 KB), and its
-// preferred carveout the largest
-// shared memory (228 KB an SM, the L1 cache what is left): once per process (each kernel launches with one
-// size). An SM's split of L1 and shared memory is set by the blocks it runs; left to the driver, a kernel of
-// two 79 KB blocks an SM (the wgmma tf32-parts dW1) got SMs configured for them alone (164 KB), and the GEMMs
-// launched beside it waited for its blocks to end (H100, MLP b1000 fp32: 45.7 us a step, 39.0 with the largest
-// carveout; unchanged where nothing waited so: 41.1 -> 41.0 with the record's tiles, batch 128 16.48 -> 16.47).
+// preferred carveout the largest shared memory (228 KB an SM, the L1 cache what is left): once per process
+// (each kernel launches with one size). An SM's split of L1 and shared memory is set by the blocks it runs;
+// left to the driver, a kernel of two 79 KB blocks an SM (the wgmma tf32-parts dW1) got SMs configured for them
+// alone (164 KB), and the GEMMs launched beside it waited for its blocks to end (H100, MLP b1000 fp32: 45.7 us a
+// step, 39.0 with the largest carveout; unchanged where nothing waited so: 41.1 -> 41.0 with the record's
+// tiles, batch 128 16.48 -> 16.47).
 template <auto Kernel>
 static int gc_raise_smem(size_t smem) {
     static bool raised = false;

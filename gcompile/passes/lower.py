@@ -1096,8 +1096,8 @@ def mirror_variables(kernels: dict, plan) -> None:
         k contiguous: it reads the mirror as B with TB. Otherwise its producer warps transpose each K step of
         W, at every step (docs/compiler.md: 7.1-7.8 us against 4.8-5.1 for the MLP's b1000 x @ W1 alone);
       * a chain's GEMM stage d @ W^T of N > 32 columns and K >= CHAIN_MIRROR_MIN_K reading W from global
-        memory (not staged in shared memory, not held in registers: a chain of more blocks than SMs, the MLP's
-        dh1 = dh2 W2^T at b1000): it reads the mirror as B without TB, a thread still one column summing k in
+        memory (not staged in shared memory, not held in registers, not on tensor cores: chain_mma; a chain of
+        more blocks than SMs, the MLP's fp32 dh1 = dh2 W2^T at b1000): it reads the mirror as B without TB, a thread still one column summing k in
         order (gc_row_gemm's ONE: the same sums, the same bits), a warp's loads one 128-byte run a k where
         with TB each lane read its own column's k run (32 rows apart: twice the L1 wavefronts). H100, b1000
         tf32 trainer (docs/compiler.md): 33.57 -> 33.11 us; W3's mirror for dh2 too (K 10) took it back.
