@@ -5,8 +5,12 @@
 // its 16-byte chunks permuted by the row's place in its group of 8 rows, so that the tensor cores read 8 rows'
 // chunks from 8 distinct bank groups). The block is BM / 64 consumer warpgroups (64 rows of C each, the tile's
 // whole width) and one producer warpgroup that only copies:
-//   * A's step (and B's with TB, k contiguous too) by cp.async, 16-byte chunks straight into the swizzled
-//     layout; the copies signal the step's mbarrier when they land (cp.async.mbarrier.arrive.noinc);
+//   * A's step by cp.async, 16-byte chunks straight into the swizzled layout; the copies signal the step's
+//     mbarrier when they land (cp.async.mbarrier.arrive.noinc);
+//   * B's with TB (k contiguous too) by the TMA unit where a tensor map can describe it (gc_ws_tensor_map:
+//     batch 1, B 16-byte aligned, rows a multiple of 16 bytes): one bulk copy a step by one producer thread into
+//     the same layout (the unit's 128-byte swizzle), counted on the step's mbarrier by its bytes; else by
+//     cp.async as A;
 //   * B without TB (W stored k x n: n contiguous, which tf32 wgmma cannot read) warp by warp: warp w copies
 //     its BN / 4 columns of the step as they lie into a staging slot of its own (cp.async, P slots deep), and
 //     once they landed (its own wait, no barrier with the other warps) lane l reads row k = l and stores its
@@ -23,6 +27,34 @@
 // all threads, the producer's too), else gc_gemm_finish's (the epilogue and the stores, or the partials for
 // their reader).
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
+#include <cuda.h>           // CUtensorMap (the driver's encoder comes through the runtime: no libcuda link)
+#include <cudaTypedefs.h>
+
+// B with TB by the TMA unit (TMA: a tile's launch with batch 1, B 16-byte aligned with rows of a multiple of 16
+// bytes): a tensor map of B (K x N as stored, k inner) whose box is a step's BN rows of 32 k, written by the
+// unit into the 128-byte-swizzled layout below (its swizzle is this layout's: a row's 16-byte chunk c of 8 rows'
+// 1024 bytes at c ^ (row % 8)), k past K and rows past N as zeros. One copy a step by one producer thread,
+// counted on the step's mbarrier by its bytes, instead of the warpgroup's 16-byte cp.async copies: those went
+// out at about 600 cycles a step of 16 KB a block (clock64 stamps, H100, the MLP's b1000 x @ W1), the rate
+// that bounded the kernel. gc_ws_tensor_map: the map, or false where the driver gives no encoder or refuses.
+static bool gc_ws_tensor_map(CUtensorMap* map, const void* b, int K, int N, int box_rows) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    static bool asked = false;
+    if (!asked) {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) ==
+                cudaSuccess && found == cudaDriverEntryPointSuccess)
+            encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+        asked = true;
+    }
+    if (!encode || (uintptr_t)b % 16 != 0 || (size_t)K * 4 % 16 != 0) return false;
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)N}, strides[1] = {(cuuint64_t)K * 4};
+    const cuuint32_t box[2] = {32, (cuuint32_t)box_rows}, unit[2] = {1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<void*>(b), dims, strides, box, unit,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 // A K step of one operand in the 128-byte-swizzled K-major layout: X rows of 32 k, row x's 128 bytes at
 // x * 128, its chunk c (k 4c .. 4c + 3) at position c ^ (x % 8). The descriptor's stride between 8-row groups
@@ -56,9 +88,22 @@ struct gc_ws_smem {
     static constexpr size_t ALIGN = 1024, bytes = idx_at + NIDX * 4 + ALIGN;
 };
 
-template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
+// Step rows n0 .. n0 + BN - 1, k .. k + 31 of B by the TMA unit into `dst` (its 128-byte swizzle: the layout),
+// counted on `bar` by its bytes (this thread's arrival expects them).
+__device__ __forceinline__ void gc_ws_tma_b(char* dst, const CUtensorMap& map, int k, int n0, uint64_t* bar,
+                                            unsigned bytes) {
+    gc_mbar_expect(bar, bytes);
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(reinterpret_cast<uint64_t>(&map)), "r"(k),
+                    "r"(n0), "r"((unsigned)__cvta_generic_to_shared(bar))
+                 : "memory");
+}
+
+template <typename T, bool TA, bool TB, class Tile, class Ep, int RA, bool TMA>
 __global__ void __launch_bounds__(Tile::THREADS, 1)
-gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p) {
+gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtensorMap tmap_b) {
+    static_assert(!TMA || TB, "gc_gemm: the TMA unit copies B with TB");
     typedef gc_ws_smem<TB, Tile, RA> SM;
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, ST = Tile::STAGES, S = Tile::SPLIT;
     constexpr int CW = BM / 64, THREADS = Tile::THREADS, P = SM::P, WN = SM::WN, LDW = SM::LDW;
@@ -82,7 +127,8 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p) {
     T* __restrict__ C = p.C + g.b * p.sc;
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
-            gc_mbar_init(full + s, TB ? 128 : 128 + 4);   // the producer's copies (+ its warps' transposed stores)
+            // the producer's copies (+ its warps' transposed stores, or the TMA copy's expecting arrival)
+            gc_mbar_init(full + s, TB ? 128 + TMA : 128 + 4);
             gc_mbar_init(empty + s, CW * 4);              // a lane of each consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -119,7 +165,7 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p) {
                          : A + (long long)(g.m0 + r) * g.K + g.k_begin;
         }
         const T* brow[TB ? BN / 16 : 1];
-        if constexpr (TB) {
+        if constexpr (TB && !TMA) {
 #pragma unroll
             for (int i = 0; i < BN / 16; i++) {
                 const int r = t / 8 + 16 * i;
@@ -169,7 +215,9 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p) {
                 char* as = smem + s * SM::STEP;
 #pragma unroll
                 for (int r = 0; r < BM / 16; r++) line(as + at + 2048 * r, arow[r], k, va);
-                if constexpr (TB) {
+                if constexpr (TMA) {
+                    if (t == 0) gc_ws_tma_b(as + BM * 128, tmap_b, g.k_begin + i * BK, g.n0, full + s, BN * 128);
+                } else if constexpr (TB) {
 #pragma unroll
                     for (int r = 0; r < BN / 16; r++) line(as + BM * 128 + at + 2048 * r, brow[r], k, g.vb);
                 }
@@ -233,10 +281,22 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p) {
 
 // The launch (gc_gemm_launch has checked the shape and the rows, made the grid and the cluster attribute): a
 // GPU of compute capability 9.0 only (wgmma is sm_90a's).
+template <typename T, bool TA, bool TB, class Tile, class Ep, int RA, bool TMA>
+static int gc_gemm_ws_launch_as(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p,
+                                const CUtensorMap& map) {
+    constexpr auto kernel = gc_gemm_ws_kernel<T, TA, TB, Tile, Ep, RA, TMA>;
+    constexpr size_t smem = gc_ws_smem<TB, Tile, RA>::bytes;
+    GC_TRY(gc_raise_smem<kernel>(smem));
+    return gc_launch_smem(kernel, grid, Tile::THREADS, smem, cluster, cluster && Tile::SPLIT > 1, p, map);
+}
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_ws_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
     GC_TRY(gc_wgmma_device("with precision fp32"));
-    return gc_gemm_launch_pipelined<gc_gemm_ws_kernel<T, TA, TB, Tile, Ep, RA ? 1 : 0>, Tile>(
-        grid, cluster, gc_ws_smem<TB, Tile, RA ? 1 : 0>::bytes, p);
+    CUtensorMap map;
+    memset(&map, 0, sizeof map);
+    // (a grid of one batch: z is the split)
+    const bool tma = TB && grid.z == (unsigned)Tile::SPLIT && gc_ws_tensor_map(&map, p.B, p.K, p.N, Tile::BN);
+    return tma ? gc_gemm_ws_launch_as<T, TA, TB, Tile, Ep, RA ? 1 : 0, TB>(grid, cluster, p, map)
+               : gc_gemm_ws_launch_as<T, TA, TB, Tile, Ep, RA ? 1 : 0, false>(grid, cluster, p, map);
 }
 #endif   // GC_KERNELS

@@ -226,7 +226,9 @@ def cases() -> list[H.Case]:
                              *((784, 256, 1000) if ta else (1000, 256, 784)), ep=True, tf32=True, rows="f32",
                              index=index))
     # the warp-specialized wgmma kernel (TF32 = 6, gc_gemm_ws.cuh, sm_90a; A not transposed), B k-contiguous
-    # (TB: copied as it lies) or not (transposed by the producer warps): odd shapes (element copies),
+    # (TB: copied as it lies, by the TMA unit where K is a multiple of 4 and the batch is one — zeros past N and
+    # past K in the last split's last step — else by cp.async) or not (transposed by the producer warps):
+    # odd shapes (element copies),
     # overhangs, split-K with the epilogue (the cluster's sum, all threads) and on partials... its grid's
     # shapes: two consumer warpgroups, 6 stages, a static shape it divides, K past one step only; the MLP's
     # batch-1000 x @ W1 from float rows (indexed or not); batches with gaps, A unaligned, K = 0, NaN operands
