@@ -38,16 +38,13 @@
 // out at about 600 cycles a step of 16 KB a block (clock64 stamps, H100, the MLP's b1000 x @ W1), the rate
 // that bounded the kernel. gc_ws_tensor_map: the map, or false where the driver gives no encoder or refuses.
 static bool gc_ws_tensor_map(CUtensorMap* map, const void* b, int K, int N, int box_rows) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-    static bool asked = false;
-    if (!asked) {
+    static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {   // asked once (a thread-safe static's init)
         void* fn = nullptr;
         cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) ==
-                cudaSuccess && found == cudaDriverEntryPointSuccess)
-            encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-        asked = true;
-    }
+        return cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) ==
+                       cudaSuccess && found == cudaDriverEntryPointSuccess
+                   ? (PFN_cuTensorMapEncodeTiled_v12000)fn : nullptr;
+    }();
     if (!encode || (uintptr_t)b % 16 != 0 || (size_t)K * 4 % 16 != 0) return false;
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)N}, strides[1] = {(cuuint64_t)K * 4};
     const cuuint32_t box[2] = {32, (cuuint32_t)box_rows}, unit[2] = {1, 1};
