@@ -77,7 +77,7 @@ struct gc_ws_smem {
     static constexpr int STEP = (BM + BN) * 128;
     static constexpr int SLOT = 32 * LDW * 4, RAW = TB ? 0 : 4 * P * SLOT;
     static constexpr size_t pipe = (size_t)ST * STEP;
-    static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)BM * BN * 4 : 0;
+    static constexpr size_t red = Tile::SPLIT > 1 ? (size_t)2 * BM * (BN + 8) * 4 : 0;   // gc_gemm_split_push's
     static constexpr size_t raw_at = pipe > red ? pipe : red;
     static constexpr size_t bars_at = raw_at + RAW;
     static constexpr size_t idx_at = bars_at + 2 * ST * 8;
