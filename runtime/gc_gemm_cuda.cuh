@@ -1168,11 +1168,13 @@ static bool gc_cluster_launch_supported() {
 }
 
 // A pipelined kernel's launch (fp32, mma.sync and wgmma alike): its dynamic shared memory (over 48 KB, the
-// kernel's limit is raised, once), a cluster for a split.
-template <auto Kernel, class Tile, typename Params>
-static int gc_gemm_launch_pipelined(dim3 grid, cudaLaunchAttribute* cluster, size_t smem, const Params& p) {
+// kernel's limit is raised, once), a cluster for a split; `more`: parameters after the GEMM's (the
+// warp-specialized kernel's tensor map of B).
+template <auto Kernel, class Tile, typename Params, typename... More>
+static int gc_gemm_launch_pipelined(dim3 grid, cudaLaunchAttribute* cluster, size_t smem, const Params& p,
+                                    const More&... more) {
     GC_TRY(gc_raise_smem<Kernel>(smem));
-    return gc_launch_smem(Kernel, grid, Tile::THREADS, smem, cluster, cluster && Tile::SPLIT > 1, p);
+    return gc_launch_smem(Kernel, grid, Tile::THREADS, smem, cluster, cluster && Tile::SPLIT > 1, p, more...);
 }
 
 // The tf32 tensor-core pipeline's launch (gc_gemm_tc.cuh: tiles with TF32 and STAGES > 0; RA too).

@@ -277,23 +277,19 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
 }
 
 // The launch (gc_gemm_launch has checked the shape and the rows, made the grid and the cluster attribute): a
-// GPU of compute capability 9.0 only (wgmma is sm_90a's).
-template <typename T, bool TA, bool TB, class Tile, class Ep, int RA, bool TMA>
-static int gc_gemm_ws_launch_as(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p,
-                                const CUtensorMap& map) {
-    constexpr auto kernel = gc_gemm_ws_kernel<T, TA, TB, Tile, Ep, RA, TMA>;
-    constexpr size_t smem = gc_ws_smem<TB, Tile, RA>::bytes;
-    GC_TRY(gc_raise_smem<kernel>(smem));
-    return gc_launch_smem(kernel, grid, Tile::THREADS, smem, cluster, cluster && Tile::SPLIT > 1, p, map);
-}
+// GPU of compute capability 9.0 only (wgmma is sm_90a's); B by the TMA unit where a tensor map describes it.
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_ws_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc_gemm_params<T, Ep>& p) {
     GC_TRY(gc_wgmma_device("with precision fp32"));
+    constexpr int R = RA ? 1 : 0;
+    constexpr size_t smem = gc_ws_smem<TB, Tile, R>::bytes;
     CUtensorMap map;
     memset(&map, 0, sizeof map);
     // (a grid of one batch: z is the split)
-    const bool tma = TB && grid.z == (unsigned)Tile::SPLIT && gc_ws_tensor_map(&map, p.B, p.K, p.N, Tile::BN);
-    return tma ? gc_gemm_ws_launch_as<T, TA, TB, Tile, Ep, RA ? 1 : 0, TB>(grid, cluster, p, map)
-               : gc_gemm_ws_launch_as<T, TA, TB, Tile, Ep, RA ? 1 : 0, false>(grid, cluster, p, map);
+    if (TB && grid.z == (unsigned)Tile::SPLIT && gc_ws_tensor_map(&map, p.B, p.K, p.N, Tile::BN))
+        return gc_gemm_launch_pipelined<gc_gemm_ws_kernel<T, TA, TB, Tile, Ep, R, TB>, Tile>(grid, cluster, smem, p,
+                                                                                          map);
+    return gc_gemm_launch_pipelined<gc_gemm_ws_kernel<T, TA, TB, Tile, Ep, R, false>, Tile>(grid, cluster, smem, p,
+                                                                                         map);
 }
 #endif   // GC_KERNELS
