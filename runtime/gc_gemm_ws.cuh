@@ -161,7 +161,7 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
                     : RA ? (const T*)p.rows.source + (long long)ridx[r] * g.K + g.k_begin
                          : A + (long long)(g.m0 + r) * g.K + g.k_begin;
         }
-        const T* brow[TB ? BN / 16 : 1];
+        const T* brow[TB && !TMA ? BN / 16 : 1];
         if constexpr (TB && !TMA) {
 #pragma unroll
             for (int i = 0; i < BN / 16; i++) {

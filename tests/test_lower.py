@@ -835,13 +835,15 @@ def tf32_wide_chain(x, w1, w2, labels):
     """A wide chain's loss and dx as tensor cores compute its GEMMs: each operand truncated to tf32 (its top 19
     bits, the mma's), the sums in float64."""
     def t(a):
-        return (np.ascontiguousarray(a, np.float32).view(np.uint32) & np.uint32(0xffffe000)).view(np.float32).astype(np.float64)
+        bits = np.ascontiguousarray(a, np.float32).view(np.uint32) & np.uint32(0xffffe000)
+        return bits.view(np.float32).astype(np.float64)
     h = np.maximum(t(x) @ t(w1), 0).astype(np.float32)
     logits = (t(h) @ t(w2)).astype(np.float32).astype(np.float64)
     shifted = logits - logits.max(axis=1, keepdims=True)
-    p = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    e = np.exp(shifted)
+    p = e / e.sum(axis=1, keepdims=True)
     m = len(labels)
-    loss = np.mean(np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(m), labels])
+    loss = np.mean(np.log(e.sum(axis=1)) - shifted[np.arange(m), labels])
     onehot = np.eye(w2.shape[1])[labels]
     dlogits = ((p - onehot) / m).astype(np.float32)
     dh = ((t(dlogits) @ t(w2).T) * (h > 0)).astype(np.float32)

@@ -929,7 +929,8 @@ class GroupCode:
         vector = self.vector_loop()
         # the block's one slice, a thread's whole and short: its values into registers, then its stores
         # (ELEMENT_REGISTERS; a warp stage's rows stage at any length, Lowering.warp_stages)
-        in_registers = sy == 1 and (per == 1 or element_registers) and (lay.length <= ELEMENT_REGISTERS or bool(registers)) and not vector
+        in_registers = (sy == 1 and (per == 1 or element_registers)
+                        and (lay.length <= ELEMENT_REGISTERS or bool(registers)) and not vector)
         blocks = min(vector["tiles"], 2 ** 31 - 1) if vector else blocks_for(lay.slices, per)
         # A global reduction over several blocks: each stores its partials, the last to arrive (a ticket) sums
         # them in block order (gc_last_block). Ticket and partials (8 bytes a block each) are the kernel's
@@ -1097,10 +1098,11 @@ def mirror_variables(kernels: dict, plan) -> None:
         W, at every step (docs/compiler.md: 7.1-7.8 us against 4.8-5.1 for the MLP's b1000 x @ W1 alone);
       * a chain's GEMM stage d @ W^T of N > 32 columns and K >= CHAIN_MIRROR_MIN_K reading W from global
         memory (not staged in shared memory, not held in registers, not on tensor cores: chain_mma; a chain of
-        more blocks than SMs, the MLP's fp32 dh1 = dh2 W2^T at b1000): it reads the mirror as B without TB, a thread still one column summing k in
-        order (gc_row_gemm's ONE: the same sums, the same bits), a warp's loads one 128-byte run a k where
-        with TB each lane read its own column's k run (32 rows apart: twice the L1 wavefronts). H100, b1000
-        tf32 trainer (docs/compiler.md): 33.57 -> 33.11 us; W3's mirror for dh2 too (K 10) took it back.
+        more blocks than SMs, the MLP's fp32 dh1 = dh2 W2^T at b1000): it reads the mirror as B without TB, a
+        thread still one column summing k in order (gc_row_gemm's ONE: the same sums, the same bits), a warp's
+        loads one 128-byte run a k where with TB each lane read its own column's k run (32 rows apart: twice
+        the L1 wavefronts). H100, b1000 tf32 trainer (docs/compiler.md): 33.57 -> 33.11 us; W3's mirror for
+        dh2 too (K 10) took it back.
     That GEMM's end also stores each final value at (n, m) of the mirror (its functor says where, `mirror()`;
     the split's sum transposes its rows in shared memory first: gc_gemm_cuda.cuh's gc_ep_mirror), and the
     host's writes of W refresh it (gc_refresh_mirrors: gc_set_variable, gc_load). The mirror is never in a
