@@ -440,15 +440,15 @@ __device__ __forceinline__ void gc_gemm_store(T* C, int m, int n, int M, int N, 
 // any more: a column's RS values are then one run of the mirror's row n, stored by consecutive threads; single
 // stores down the columns took 0.8 us more in the MLP's dW1).
 template <int BM, int BN, int S, int THREADS, bool CM, bool CN, int PER, typename T, class Ep, class RunAt,
-          class After>
+          class After, class Packs>
 __device__ __forceinline__ void gc_gemm_split_rows(T (&sum)[PER][4], RunAt&& run_at, T* free, const Ep& ep, int b,
                                                    int m0, int n0, int M, int N, T* C, bool vc, int rank,
-                                                   After&& after_stores) {
+                                                   After&& after_stores, const Packs& packs) {
     constexpr int RS = BM / S;
 #pragma unroll
     for (int i = 0; i < PER; i++) {
         int row, col;
-        if (run_at(i, row, col)) gc_gemm_epilogue<4, CM, CN>(ep, b, m0 + row, n0 + col, M, N, sum[i]);
+        if (run_at(i, row, col)) packs.template apply<CM, CN>(ep, i, b, m0 + row, n0 + col, M, N, sum[i]);
     }
 #pragma unroll
     for (int i = 0; i < PER; i++) {
@@ -504,12 +504,48 @@ struct gc_split_runs {
     }
 };
 
+// The epilogue operands of a split block's runs (gc_split_runs: the rows of the sum it ends with, which its
+// rank fixes from the start), for functors with packs (gc_ep_runs) on tiles that divide N: the kernel loads them
+// into registers while its K steps run (load), and gc_gemm_split_rows applies the functor's run4 to them (apply)
+// — instead of its loads after the cluster's sum, an L2 latency more at the kernel's end. ON false: the
+// functor's own loads there (gc_gemm_epilogue).
+template <class Ep, int BM, int BN, int S, int THREADS, bool ON>
+struct gc_split_packs {
+    template <bool CM> __device__ __forceinline__ void load(const Ep&, int, int, int, int) {}
+    template <bool CM, bool CN, typename T>
+    __device__ __forceinline__ void apply(const Ep& ep, int, int b, int m, int n, int M, int N, T* v) const {
+        gc_gemm_epilogue<4, CM, CN>(ep, b, m, n, M, N, v);
+    }
+};
+template <class Ep, int BM, int BN, int S, int THREADS>
+struct gc_split_packs<Ep, BM, BN, S, THREADS, true> {
+    typedef gc_split_runs<BM, BN, S, THREADS> Runs;
+    typename Ep::pack pk[Runs::PER];
+    template <bool CM> __device__ __forceinline__ void load(const Ep& ep, int b, int m0, int n0, int M) {
+        const Runs run_at{(int)gc_cluster_rank()};
+#pragma unroll
+        for (int i = 0; i < Runs::PER; i++) {
+            int row, col;
+            if (run_at(i, row, col) && (!CM || m0 + row < M)) pk[i] = ep.load4(b, m0 + row, n0 + col);
+        }
+    }
+    template <bool CM, bool CN, typename T>
+    __device__ __forceinline__ void apply(const Ep& ep, int i, int b, int m, int n, int M, int, T* v) const {
+        static_assert(!CN, "gc_split_packs: runs of 4 inside N");
+        if (!CM || m < M) ep.run4(pk[i], b, m, n, v);
+    }
+};
+template <class Ep, int BM, int BN, int S, int THREADS, bool CN>
+using gc_split_packs_for = gc_split_packs<Ep, BM, BN, S, THREADS, (S > 1) && !CN && !gc_ep_partials<Ep>::value &&
+                                          gc_ep_packed<Ep, gc_split_runs<BM, BN, S, THREADS>::PER>::value>;
+
 // Split-K's end (sm_90): each block of the cluster has its partial BM x BN tile in its shared memory (smem,
 // row-major); block `rank` sums rows [rank * BM / S, (rank + 1) * BM / S) over ranks 0..S-1, in that order,
 // applies the epilogue to the sums and stores them (a thread's runs of 4 columns).
-template <int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep>
+template <int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep,
+          class Packs = gc_split_packs<Ep, BM, BN, S, THREADS, false>>
 __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep, int b, int m0, int n0, int M,
-                                                     int N, T* C, bool vc) {
+                                                     int N, T* C, bool vc, const Packs& packs = Packs()) {
     gc_cluster_sync();
     typedef gc_split_runs<BM, BN, S, THREADS> Runs;
     const int rank = (int)gc_cluster_rank();
@@ -521,7 +557,7 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
     // wait comes after them, before the mirror reuses this block's bytes.
     gc_cluster_arrive();
     gc_gemm_split_rows<BM, BN, S, THREADS, CM, CN>(sum, run_at, const_cast<T*>(smem), ep, b, m0, n0, M, N, C, vc,
-                                                   rank, [] { gc_cluster_wait(); });
+                                                   rank, [] { gc_cluster_wait(); }, packs);
 }
 
 // The same sum by pushes (gc_gemm_ws_kernel: x @ W1 at the MLP's step's head, no kernel beside it): once every
@@ -539,9 +575,10 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
 // H100 ncu). The same sums in the same order: the same bits. Measured for every split kernel, or for the
 // wgmma ones too, and not kept: docs/compiler.md.
 template <int RUN, int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep, class ForRuns,
-          class FreeSmem>
+          class FreeSmem, class Packs = gc_split_packs<Ep, BM, BN, S, THREADS, false>>
 __device__ __forceinline__ void gc_gemm_split_push(T* inbox, const Ep& ep, int b, int m0, int n0, int M, int N,
-                                                   T* C, bool vc, ForRuns&& for_runs, FreeSmem&& free_smem) {
+                                                   T* C, bool vc, ForRuns&& for_runs, FreeSmem&& free_smem,
+                                                   const Packs& packs = Packs()) {
     typedef gc_split_runs<BM, BN, S, THREADS> Runs;
     constexpr int RS = Runs::RS, LD = BN + 8;   // (rows 8 mod 32 words apart: a warp's runs of 2 on distinct banks)
     static_assert(RUN == 1 || RUN == 2 || RUN == 4, "gc_gemm_split_push: runs of 1, 2 or 4");
@@ -576,7 +613,7 @@ __device__ __forceinline__ void gc_gemm_split_push(T* inbox, const Ep& ep, int b
     // (the mirror reuses the inbox once every thread has read its slots)
     gc_gemm_split_rows<BM, BN, S, THREADS, CM, CN>(sum, run_at, inbox, ep, b, m0, n0, M, N, C, vc, rank, [] {
         if constexpr (gc_ep_mirror<Ep>::value) __syncthreads();
-    });
+    }, packs);
 }
 
 // The block's tile of C at (m0, n0): blocks walk groups of 8 tile rows column by column, so blocks running
@@ -625,11 +662,27 @@ struct gc_gemm_block {
     // A read in place (the kernels' RA): the block's row indices, staged in shared memory once so that a K
     // step's loads wait on shared memory only, not on a dependent global load — its BM rows of M, or with TA
     // its split's K range, which the static shape bounds: IDX entries (those past the rows: 0).
+    // In two halves where a kernel has other work for the loads' latency: load_rows, this thread's entries
+    // (NI of them) into registers; put_rows, into shared memory (a barrier must follow before they are read).
     static constexpr int IDX = TA ? ((Tile::SK + S - 1) / S + BK - 1) / BK * BK : Tile::BM;
-    __device__ __forceinline__ void stage_rows(uint32_t* ridx, const gc_rows& rows) const {
+    static constexpr int NI = (IDX + Tile::THREADS - 1) / Tile::THREADS;
+    __device__ __forceinline__ void load_rows(uint32_t (&v)[NI], const gc_rows& rows) const {
         const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(Tile::BM, M - m0);
-        for (int i = threadIdx.x; i < IDX; i += Tile::THREADS)
-            ridx[i] = i >= count ? 0 : rows.index ? rows.index[first + i] : first + i;
+#pragma unroll
+        for (int q = 0; q < NI; q++) {
+            const int i = threadIdx.x + q * Tile::THREADS;
+            v[q] = i >= IDX || i >= count ? 0 : rows.index ? rows.index[first + i] : first + i;
+        }
+    }
+    __device__ __forceinline__ void put_rows(uint32_t* ridx, const uint32_t (&v)[NI]) const {
+#pragma unroll
+        for (int q = 0; q < NI; q++)
+            if (threadIdx.x + q * Tile::THREADS < IDX) ridx[threadIdx.x + q * Tile::THREADS] = v[q];
+    }
+    __device__ __forceinline__ void stage_rows(uint32_t* ridx, const gc_rows& rows) const {
+        uint32_t v[NI];
+        load_rows(v, rows);
+        put_rows(ridx, v);
         __syncthreads();
     }
 };
@@ -640,11 +693,14 @@ struct gc_gemm_block {
 // the partial tile into shared memory and the cluster's sum; with one whose reader sums it (gc_ep_partial),
 // the split's partial tile stored as it is, at C + split * M * N.
 // packs, acc: the block's epilogue operands (gc_gemm_packs) and the accumulators they are indexed by.
+// split_packs: with a split, its epilogue operands (gc_split_packs) where the kernel loaded them.
 template <int RUN, int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep, class ForRuns,
-          class FreeSmem, class Packs = gc_gemm_packs<Ep, 1, false>>
+          class FreeSmem, class Packs = gc_gemm_packs<Ep, 1, false>,
+          class SplitPacks = gc_split_packs<Ep, BM, BN, S, THREADS, false>>
 __device__ __forceinline__ void gc_gemm_finish(T* smem, const Ep& ep, int b, int m0, int n0, int M, int N, T* C,
                                                bool vc, ForRuns&& for_runs, FreeSmem&& free_smem,
-                                               const Packs& packs = Packs(), const T* acc = nullptr) {
+                                               const Packs& packs = Packs(), const T* acc = nullptr,
+                                               const SplitPacks& split_packs = SplitPacks()) {
     if constexpr (S == 1) {
         for_runs([&](int row, int col, T* v) {
             packs.template apply<RUN, CM, CN>(ep, b, m0 + row, n0 + col, M, N, acc, v);
@@ -663,7 +719,7 @@ __device__ __forceinline__ void gc_gemm_finish(T* smem, const Ep& ep, int b, int
 #else
         free_smem();
         for_runs([&](int row, int col, T* v) { gc_st_run<RUN>(smem + row * BN + col, v); });
-        gc_gemm_split_reduce<BM, BN, S, THREADS, CM, CN>(smem, ep, b, m0, n0, M, N, C, vc);
+        gc_gemm_split_reduce<BM, BN, S, THREADS, CM, CN>(smem, ep, b, m0, n0, M, N, C, vc, split_packs);
 #endif
     }
 }

@@ -122,6 +122,8 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
     const T* __restrict__ A = p.A + g.b * p.sa;
     const T* __restrict__ B = p.B + g.b * p.sb;
     T* __restrict__ C = p.C + g.b * p.sc;
+    uint32_t rows_at[RA ? Block::NI : 1];
+    if constexpr (RA) g.load_rows(rows_at, p.rows);   // (on their way while thread 0 sets the mbarriers)
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
             // the producer's copies (+ its warps' transposed stores, or the TMA copy's expecting arrival)
@@ -130,9 +132,11 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if constexpr (RA) g.stage_rows(ridx, p.rows);   // (its barrier publishes the mbarriers' init too)
-    else __syncthreads();
+    if constexpr (RA) g.put_rows(ridx, rows_at);
+    __syncthreads();   // the mbarriers' init and the row indices published
     const int wg = threadIdx.x / 128, kt_all = g.ktiles;
+    gc_split_packs_for<Ep, BM, BN, S, THREADS, !EN> split_packs;   // (a split's: into registers, not waited for)
+    split_packs.template load<!EM>(p.ep, g.b, g.m0, g.n0, g.M);
 
     // The accumulators of consumer warpgroup wg (rows 64 wg .. + 63 of the tile): thread t holds
     // acc[4 j + 2 h + r] = (16 (t / 32) + (t % 32) / 4 + 8 h, 8 j + 2 (t % 4) + r), as runs of 2 columns.
@@ -269,10 +273,11 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
     };
     if constexpr (S > 1 && !gc_ep_partials<Ep>::value)   // the cluster's sum, pushed into the blocks' step bytes
         gc_gemm_split_push<2, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M,
-                                                            g.N, C, p.vc, for_runs, free_smem);
+                                                            g.N, C, p.vc, for_runs, free_smem, split_packs);
     else
         gc_gemm_finish<2, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M, g.N,
-                                                        C, p.vc, for_runs, free_smem);
+                                                        C, p.vc, for_runs, free_smem, gc_gemm_packs<Ep, 1, false>(),
+                                                        (const T*)nullptr, split_packs);
 #endif
 }
 
