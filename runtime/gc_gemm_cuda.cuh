@@ -535,8 +535,9 @@ struct gc_split_packs<Ep, BM, BN, S, THREADS, true> {
         if (!CM || m < M) ep.run4(pk[i], b, m, n, v);
     }
 };
-template <class Ep, int BM, int BN, int S, int THREADS, bool CN>
-using gc_split_packs_for = gc_split_packs<Ep, BM, BN, S, THREADS, (S > 1) && !CN && !gc_ep_partials<Ep>::value &&
+// WHERE: the kernel has them (its tile divides N, it has the registers).
+template <class Ep, int BM, int BN, int S, int THREADS, bool WHERE>
+using gc_split_packs_for = gc_split_packs<Ep, BM, BN, S, THREADS, WHERE && (S > 1) && !gc_ep_partials<Ep>::value &&
                                           gc_ep_packed<Ep, gc_split_runs<BM, BN, S, THREADS>::PER>::value>;
 
 // Split-K's end (sm_90): each block of the cluster has its partial BM x BN tile in its shared memory (smem,
@@ -666,24 +667,27 @@ struct gc_gemm_block {
     // (NI of them) into registers; put_rows, into shared memory (a barrier must follow before they are read).
     static constexpr int IDX = TA ? ((Tile::SK + S - 1) / S + BK - 1) / BK * BK : Tile::BM;
     static constexpr int NI = (IDX + Tile::THREADS - 1) / Tile::THREADS;
+    // entry i (< IDX) from the block's first row and its count of rows
+    __device__ __forceinline__ uint32_t row_index(int i, int first, int count, const gc_rows& rows) const {
+        return i >= count ? 0 : rows.index ? rows.index[first + i] : first + i;
+    }
+    __device__ __forceinline__ void stage_rows(uint32_t* ridx, const gc_rows& rows) const {
+        const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(Tile::BM, M - m0);
+        for (int i = threadIdx.x; i < IDX; i += Tile::THREADS) ridx[i] = row_index(i, first, count, rows);
+        __syncthreads();
+    }
     __device__ __forceinline__ void load_rows(uint32_t (&v)[NI], const gc_rows& rows) const {
         const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(Tile::BM, M - m0);
 #pragma unroll
         for (int q = 0; q < NI; q++) {
             const int i = threadIdx.x + q * Tile::THREADS;
-            v[q] = i >= IDX || i >= count ? 0 : rows.index ? rows.index[first + i] : first + i;
+            v[q] = i < IDX ? row_index(i, first, count, rows) : 0;
         }
     }
     __device__ __forceinline__ void put_rows(uint32_t* ridx, const uint32_t (&v)[NI]) const {
 #pragma unroll
         for (int q = 0; q < NI; q++)
             if (threadIdx.x + q * Tile::THREADS < IDX) ridx[threadIdx.x + q * Tile::THREADS] = v[q];
-    }
-    __device__ __forceinline__ void stage_rows(uint32_t* ridx, const gc_rows& rows) const {
-        uint32_t v[NI];
-        load_rows(v, rows);
-        put_rows(ridx, v);
-        __syncthreads();
     }
 };
 

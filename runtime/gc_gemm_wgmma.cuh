@@ -414,7 +414,10 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
     const T* __restrict__ B = p.B + g.b * p.sb;
     T* __restrict__ C = p.C + g.b * p.sc;
     uint32_t* ridx = reinterpret_cast<uint32_t*>(gc_dynamic_smem + R::data);
-    if constexpr (RA && !STAGED) g.stage_rows(ridx, p.rows);   // (STAGED: after B's first loads, below)
+    // EARLY: B's first two steps into their registers before the row indices (below); not X3's tiles: they have
+    // not the registers (the fp32 b1000 dW1, 168 -> 176 a thread: 2 blocks an SM instead of 3)
+    constexpr bool EARLY = STAGED && !X3;
+    if constexpr (RA && !EARLY) g.stage_rows(ridx, p.rows);
 
     // A's stored rows are K with TA (m contiguous), else M (k contiguous); B's are N with TB (k contiguous), else
     // K. RA: stored row r of A is source row idx[r - first], first the block's first row (m0, or k_begin with TA).
@@ -508,11 +511,12 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
                 }
     };
 
-    // STAGED: B's steps 0 and 1 start into the register sets first — before the row indices' load with RA (the
+    // EARLY: B's steps 0 and 1 start into the register sets first — before the row indices' load with RA (the
     // weight gradient x^T g: the two loads' latencies overlap; H100, MLP b1000 tf32 trainer 27.00 -> 26.73 us).
     // The cp.async parts of steps 0..ST-3 start on their way (a group each, empty past the end, so that the
-    // count of groups in flight is the same at every step); STAGED: step 0 goes from its registers to buffer 0,
-    // step 2 into them; then the epilogue's operands go to L1 (not for split tiles). Step kt: once it is in its
+    // count of groups in flight is the same at every step); STAGED: step 0 goes to buffer 0 (X3: loaded first),
+    // steps 1 and 2 into the register sets; then the epilogue's operands go to L1 (not for split tiles, whose
+    // blocks load their part's into registers: gc_split_packs). Step kt: once it is in its
     // buffer for every thread (the copies' wait, the proxy fence after this thread's stores and copies, the
     // barrier), the copies of step kt + ST - 2 go into the buffer step kt - 2 used (whose wgmma every thread
     // waited for before this barrier); R's fragments of step kt are read and step kt's wgmma issued; while they
@@ -520,18 +524,24 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
     // The step ends waiting for its own wgmma with R (ptxas serializes every wgmma, C7513, where registers of
     // fragments are written while an earlier wgmma is in flight), else for the step before's.
     const int kt_all = g.ktiles;
-    if (STAGED && kt_all > 0) fetch(0, 0);
-    if (STAGED && kt_all > 1) fetch(1, 1);
-    if constexpr (RA && STAGED) g.stage_rows(ridx, p.rows);   // (A's rows: their indices' load beside B's)
+    if (EARLY && kt_all > 0) fetch(0, 0);
+    if (EARLY && kt_all > 1) fetch(1, 1);
+    if constexpr (RA && EARLY) g.stage_rows(ridx, p.rows);   // (A's rows: their indices' load beside B's)
 #pragma unroll
     for (int s = 0; s < ST - 2; s++) {
         if (s < kt_all) copy(s, s);
         gc_cp_commit();
     }
-    if (STAGED && kt_all > 0) put(0, 0);
+    if (STAGED && kt_all > 0) {
+        if (!EARLY) fetch(0, 0);
+        put(0, 0);
+    }
+    if (!EARLY && STAGED && kt_all > 1) fetch(1, 1);
     if (STAGED && kt_all > 2) fetch(0, 2);
     if constexpr (S == 1) gc_gemm_prefetch<RUN, !EM, !EN, T>(p.ep, g.b, g.m0, g.n0, g.M, g.N, for_runs);
-    gc_split_packs_for<Ep, BM, BN, S, THREADS, !EN> split_packs;   // (a split's: into registers, not waited for)
+    // (a split's: into registers, not waited for; not X3's: their registers, 168 -> 182 a thread for the fp32
+    // b1000 dW1, cost a block an SM)
+    gc_split_packs_for<Ep, BM, BN, S, THREADS, EN && !X3> split_packs;
     split_packs.template load<!EM>(p.ep, g.b, g.m0, g.n0, g.M);
     gc_wgmma_hold<MB * NACC>(&acc[0][0]);
     if constexpr (X3) gc_wgmma_hold<MB * NACC>(&part[0][0]);

@@ -135,7 +135,7 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
     if constexpr (RA) g.put_rows(ridx, rows_at);
     __syncthreads();   // the mbarriers' init and the row indices published
     const int wg = threadIdx.x / 128, kt_all = g.ktiles;
-    gc_split_packs_for<Ep, BM, BN, S, THREADS, !EN> split_packs;   // (a split's: into registers, not waited for)
+    gc_split_packs_for<Ep, BM, BN, S, THREADS, EN> split_packs;   // (a split's: into registers, not waited for)
     split_packs.template load<!EM>(p.ep, g.b, g.m0, g.n0, g.M);
 
     // The accumulators of consumer warpgroup wg (rows 64 wg .. + 63 of the tile): thread t holds
