@@ -101,7 +101,7 @@ def share_epilogues(kernels) -> None:
 # source and its build key are the same everywhere: a part per GEMMS_PER_PART estimated GEMM
 # instantiations, at most MAX_PARTS (each run also preprocesses, parses and host-compiles the whole runtime).
 MAX_PARTS = 4
-GEMMS_PER_PART = 3
+GEMMS_PER_PART = 2
 PART0_COST = 1.0   # part 0 also holds the steps and the runtime's kernels (gather, cursor, accuracy, probe)
 LIGHT_COST = 0.1   # a fused or gather kernel: one plain __global__ function
 
@@ -128,11 +128,11 @@ def gemm_cost(kernels) -> float:
     return cost + sum(gemms.values())
 
 
-def assign_parts(kernels, target: str) -> int:
-    """Share the kernels out to the cuda build's kernels parts (values["part"]); returns how many. A
-    template instantiation compiled in two parts would be two copies of one kernel (and twice the work), so
-    kernels that share a GEMM instantiation or an epilogue type (share_epilogues: defined by the first
-    kernel, used by the others) stay in one part; those units go, heaviest first, to the least loaded part."""
+def part_units(kernels) -> list[list]:
+    """The kernels that must share a kernels part, in the order of their first kernel: a template
+    instantiation compiled in two parts would be two copies of one kernel (and twice the work), so kernels
+    that share a GEMM instantiation or an epilogue type (share_epilogues: defined by the first kernel, used
+    by the others) are one unit."""
     shared = nx.Graph()   # a kernel and what it shares: its epilogue type, its GEMM instantiation
     for k in kernels:
         shared.add_node(("kernel", k.name))
@@ -145,10 +145,17 @@ def assign_parts(kernels, target: str) -> int:
     units = {}   # in the order of their first kernel
     for k in kernels:
         units.setdefault(unit_of[("kernel", k.name)], []).append(k)
-    total = sum(gemm_cost(u) for u in units.values())
+    return list(units.values())
+
+
+def assign_parts(kernels, target: str) -> int:
+    """Share the kernels out to the cuda build's kernels parts (values["part"]); returns how many. The
+    units (part_units) go, heaviest first, to the least loaded part."""
+    units = part_units(kernels)
+    total = sum(gemm_cost(u) for u in units)
     parts = 1 if target != "cuda" else max(1, min(MAX_PARTS, round(total / GEMMS_PER_PART)))
     load = [PART0_COST] + [0.0] * (parts - 1)
-    for unit in sorted(units.values(), key=gemm_cost, reverse=True):   # stable: ties keep source order
+    for unit in sorted(units, key=gemm_cost, reverse=True):   # stable: ties keep source order
         p = load.index(min(load))
         load[p] += gemm_cost(unit)
         for k in unit:
