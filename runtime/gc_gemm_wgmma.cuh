@@ -415,7 +415,7 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
     T* __restrict__ C = p.C + g.b * p.sc;
     uint32_t* ridx = reinterpret_cast<uint32_t*>(gc_dynamic_smem + R::data);
     // EARLY: B's first two steps into their registers before the row indices (below); not X3's tiles: they have
-    // not the registers (the fp32 b1000 dW1, 168 -> 176 a thread: 2 blocks an SM instead of 3)
+    // not the registers (the fp32 b1000 dW1 reading float rows: 168 -> 176 a thread, 2 blocks an SM, not 3)
     constexpr bool EARLY = STAGED && !X3;
     if constexpr (RA && !EARLY) g.stage_rows(ridx, p.rows);
 
