@@ -84,6 +84,29 @@ __device__ T gc_reduce_columns(T v, void* scratch) {
     return r;
 }
 
+// The same over the 32 lanes of each warp (a warp's slice: lower.py's warp rows), without shared memory or a
+// barrier: the tree gc_reduce_columns<T, MAX, 1, 32> would make (lane t adds lane t + h at h = 16, 8, .., 1),
+// by shuffles; every lane gets lane 0's result.
+template <typename T, bool MAX>
+__device__ __forceinline__ T gc_reduce_lanes(T v) {
+#pragma unroll
+    for (int h = 16; h > 0; h >>= 1) v = gc_combine<T, MAX>(v, __shfl_down_sync(0xffffffffu, v, h));
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
+// Sum (or max) of the values of lane 0 of warps 0 .. C - 1 (warp rows' slices: their global reductions), in
+// the order gc_reduce_columns<T, MAX, 1, C> takes threads 0 .. C - 1's (the slices' partials in the tree they
+// take with a thread a slice).
+template <typename T, bool MAX, int C>
+__device__ T gc_reduce_warp_leads(T v, void* scratch) {
+    static_assert(C <= GC_BLOCK / 32, "gc_reduce_warp_leads: a value a warp");
+    T* s = (T*)scratch;
+    if (threadIdx.x % 32 == 0 && threadIdx.x / 32 < C) s[threadIdx.x / 32] = v;
+    __syncthreads();
+    const T w = threadIdx.x < C ? s[threadIdx.x] : v;   // (read before gc_reduce_columns stores over it)
+    return gc_reduce_columns<T, MAX, 1, C>(w, scratch);
+}
+
 // Sum (or max) of one value per thread over a block of GC_BLOCK threads, in a fixed order.
 template <typename T, bool MAX>
 __device__ T gc_block_reduce(T v, T* shared) {

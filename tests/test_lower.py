@@ -785,16 +785,24 @@ def test_tf32_chains_of_a_large_batch_run_their_gemm_stages_on_tensor_cores():
         "gc_row_mma<false, 1000, 100, 256, 8>", "gc_row_mma<false, 1000, 10, 100, 8>",
         "gc_row_mma<true, 1000, 100, 10, 8>", "gc_row_mma<true, 1000, 256, 100, 8>"]
     assert "gc_row_mma_shape<false, 100, 256, 8>::bytes" in body
-    # its rows stage (softmax cross-entropy, 10 long) makes a slice's element values before storing them
+    # its rows stage (softmax cross-entropy, 10 long) takes a warp a row: the block's 8 rows on its 8 warps, a
+    # lane an element, the row's sums by shuffles and the loss partials of the warps' lane 0 in row order
     (rows,) = [st for st in src.kernels["train"][1].values["stages"] if not st["gemm"]]
-    assert rows["element_values"]
-    assert not [st for st in compile_program(mlp_program(1000), "cuda").kernels["train"][1].values["stages"]
-                if not st["gemm"]][0]["element_values"]
+    assert rows["warp_rows"] and (rows["sx"], rows["sy"], rows["per"]) == (8, 32, 8) and not rows["element_values"]
+    stage = src.source.split(f"void {src.kernels['train'][1].name}_s2(")[1].split("\n}\n")[0]
+    assert "const int x = threadIdx.x / 32, y = threadIdx.x % 32;" in stage and "gc_reduce_columns" not in stage
+    assert stage.count("gc_reduce_lanes<float, ") == 4 and "gc_reduce_warp_leads<float, false, 8>(" in stage
+    # not the fp32 chain's, at 4 rows a block (8 warps): a thread a row, its values in registers
+    (fp32_rows,) = [st for st in compile_program(mlp_program(1000), "cuda").kernels["train"][1].values["stages"]
+                    if not st["gemm"]]
+    assert not fp32_rows["warp_rows"] and fp32_rows["per"] == 4 and fp32_rows["sy"] == 1
     for program, target, precision, rows in ((mlp_program(1000), "cuda", "fp32", 4),
                                              (mlp_program(128), "cuda", "tf32", 1),
                                              (mlp_program(1000), "cpu", "tf32", 4)):
         chain = compile_program(program, target, precision=precision).kernels["train"][1]
         assert chain.values["rows"] == rows and not any(st.get("mma") for st in chain.values["stages"])
+        # a thread a row where a block takes fewer rows than its 8 warps, and on the cpu target
+        assert not any(st["warp_rows"] for st in chain.values["stages"] if not st["gemm"])
     # not where a GEMM stage's A is the image input read in place (logistic regression's x @ W)
     logreg = compile_program(load_example("mnist_logreg").program(batch_size=1000), "cuda", precision="tf32")
     (chain,) = [k for k in logreg.kernels["train"] if k.kind == "chain"]
