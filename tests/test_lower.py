@@ -792,7 +792,7 @@ def test_tf32_chains_of_a_large_batch_run_their_gemm_stages_on_tensor_cores():
     stage = src.source.split(f"void {src.kernels['train'][1].name}_s2(")[1].split("\n}\n")[0]
     assert "const int x = threadIdx.x / 32, y = threadIdx.x % 32;" in stage and "gc_reduce_columns" not in stage
     assert stage.count("gc_reduce_lanes<float, ") == 4 and "gc_reduce_warp_leads<float, false, 8>(" in stage
-    # not the fp32 chain's, at 4 rows a block (8 warps): a thread a row, its values in registers
+    # not the fp32 chain's, at 4 rows a block (8 warps): a thread a row
     (fp32_rows,) = [st for st in compile_program(mlp_program(1000), "cuda").kernels["train"][1].values["stages"]
                     if not st["gemm"]]
     assert not fp32_rows["warp_rows"] and fp32_rows["per"] == 4 and fp32_rows["sy"] == 1

@@ -288,8 +288,7 @@ class Lowering:
                 v["gemm"], v["mma"] = True, bool(mma)
                 what.append(f"GEMM {v['m']}x{v['n']} K {v['k']}" + (" (tensor cores)" if mma else ""))
             else:
-                v = GroupCode(self, node.attrs["group"]).segment(f"{self.name}_s{i}", per=rows, split=True,
-                                                                 element_registers=bool(mma))
+                v = GroupCode(self, node.attrs["group"]).segment(f"{self.name}_s{i}", per=rows, split=True)
                 v["gemm"] = False
                 assert v["blocks"] == blocks
                 what.append(f"{node.attrs['group'].kind} {m}x{node.attrs['group'].layout.domain[1]}")
@@ -848,16 +847,14 @@ class GroupCode:
 
     # --- kernels --------------------------------------------------------------------------------
     def segment(self, name: str, per: int | None = None, split: bool = False, registers: dict | None = None,
-                early: list | None = None, element_registers: bool = False) -> dict:
+                early: list | None = None) -> dict:
         """A rows group as the body of a kernel: per slice, the reduction phases, then the element loop. `name`
         names its workspace; `per`: the slices a block takes per round (default: its sx, all its threads);
         `split`: a chain's stage, whose global part is a function of its own (the kernel's tail) reading the
         blocks' partials, even on one block; `registers`: {arena offset: array}, a buffer whose value at the
         element's own index the element code reads from array[r] (a warp stage's rows, Lowering.warp_stages;
         `register_misses` counts its reads elsewhere); `early`: the byte ranges the kernel writes, for a warp
-        stage's rows whose slice-invariant reads of what it does not write load at its start (early_load);
-        `element_registers`: a thread's short slice computed into registers before its stores even where a
-        block takes several slices a round (a chain of tensor-core stages, chain_mma)."""
+        stage's rows whose slice-invariant reads of what it does not write load at its start (early_load)."""
         self.registers = registers or {}
         self.early = None if early is None else {"writes": early, "vars": {}, "stmts": []}
         lay = self.layout
@@ -940,7 +937,7 @@ class GroupCode:
         vector = self.vector_loop()
         # the block's one slice, a thread's whole and short: its values into registers, then its stores
         # (ELEMENT_REGISTERS; a warp stage's rows stage at any length, Lowering.warp_stages)
-        in_registers = (sy == 1 and (per == 1 or element_registers)
+        in_registers = (sy == 1 and per == 1
                         and (lay.length <= ELEMENT_REGISTERS or bool(registers)) and not vector)
         blocks = min(vector["tiles"], 2 ** 31 - 1) if vector else blocks_for(lay.slices, per)
         # A global reduction over several blocks: each stores its partials, the last to arrive (a ticket) sums
