@@ -89,23 +89,31 @@ class Bench:
             self.rows += jax_peers.jax_rows(task, jax_impls, precision, **kw)
 
     def mnist(self):
+        """gcompile's rows for every task first, then the peers' (the table sorts the rows): gcompile's cold
+        builds run nvcc beside this process, and after PyTorch and JAX had run in it they took ~0.9 s longer
+        (H100, 3a7b441: the MLP b128 cold build 3.28 s in a full run, 2.38 s with --impls gcompile, 2.0-2.7 s
+        in a process of its own)."""
         data = self.dataset(self.args.data or default_data_dir("mnist"), "mnist")
+        tasks = []
         for model in ("mnist_logreg", "mnist_mlp"):
             example = load_example(model)
             for batch in self.args.batches:
                 if data is None:
                     self.rows.append(skipped("mnist", model, batch, "all", self.extra["mnist_data"]))
                     continue
-                task = Task(model, batch, make_program(example, batch, LR), data, "mnist", TARGETS[model],
-                            RECIPES.get(batch))
-                recipe = task.recipe is not None
-                print(f"== {model} batch {batch}", flush=True)
-                self.gcompile(task, "fp32", recipe)
-                self.gcompile(task, "tf32", False)
-                self.peers(task, ("torch-eager", "torch-graph", "jax-jit", "jax-scan"), "fp32", recipe)
-                if model == "mnist_mlp":  # the fastest peers with tensor cores, for the tf32 comparison
-                    self.peers(task, ("torch-graph", "jax-scan"), "tf32", False)
-                self.deferred.append((task, recipe))
+                tasks.append(Task(model, batch, make_program(example, batch, LR), data, "mnist", TARGETS[model],
+                                  RECIPES.get(batch)))
+        for task in tasks:
+            print(f"== {task.model} batch {task.batch}: gcompile", flush=True)
+            self.gcompile(task, "fp32", task.recipe is not None)
+            self.gcompile(task, "tf32", False)
+        for task in tasks:
+            recipe = task.recipe is not None
+            print(f"== {task.model} batch {task.batch}: peers", flush=True)
+            self.peers(task, ("torch-eager", "torch-graph", "jax-jit", "jax-scan"), "fp32", recipe)
+            if task.model == "mnist_mlp":  # the fastest peers with tensor cores, for the tf32 comparison
+                self.peers(task, ("torch-graph", "jax-scan"), "tf32", False)
+            self.deferred.append((task, recipe))
 
     def torch_compile(self):
         """torch.compile last: its compile time is the largest and least important cost of the run."""
