@@ -84,9 +84,9 @@ __device__ T gc_reduce_columns(T v, void* scratch) {
     return r;
 }
 
-// The same over the 32 lanes of each warp (a warp's slice: lower.py's warp rows), without shared memory or a
-// barrier: the tree gc_reduce_columns<T, MAX, 1, 32> would make (lane t adds lane t + h at h = 16, 8, .., 1),
-// by shuffles; every lane gets lane 0's result.
+// The same over the 32 lanes of each warp (a warp's slice: lower.py's warp rows; gc_row_gemm's sums), without
+// shared memory or a barrier: the tree gc_reduce_columns<T, MAX, 1, 32> would make (lane t adds lane t + h at
+// h = 16, 8, .., 1), by shuffles; every lane gets lane 0's result.
 template <typename T, bool MAX>
 __device__ __forceinline__ T gc_reduce_lanes(T v) {
 #pragma unroll
@@ -297,10 +297,7 @@ __device__ void gc_row_gemm(AL a, const T* __restrict__ B, T* C, Ep ep, int row0
             T mine = 0;
 #pragma unroll
             for (int n = 0; n < N; n++) {
-                T v = acc[n];
-#pragma unroll
-                for (int h = 16; h > 0; h >>= 1) v += __shfl_down_sync(0xffffffffu, v, h);
-                v = __shfl_sync(0xffffffffu, v, 0);
+                const T v = gc_reduce_lanes<T, false>(acc[n]);
                 if (lane == n) mine = v;
             }
             if (G > 1) {
