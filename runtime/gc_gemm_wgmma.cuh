@@ -120,7 +120,7 @@ GC_WGMMA_N(128, GC_WG_R64, GC_WG_D64, 64, 65, 66, 67, 68)
 // One operand's K step in shared memory as wgmma reads it: X rows (M or N) of BK k, element (x, k) at byte
 // (x / 8) SBO + (k / 4) LBO + (x % 8) 16 + (k % 4) 4: LBO = 128 (the core matrices of a row group follow each
 // other along k), SBO = 32 BK + 16 (the row groups follow each other, 16 bytes apart: SBO = 16 mod 128 spreads
-// the transposing stores of gc_wg_staged over all 32 banks; gc_wg_async's 16-byte copies write whole core
+// the transposing 16-byte stores of gc_wg_staged over the 8 16-byte bank groups; gc_wg_async's 16-byte copies write whole core
 // matrices, conflict-free either way).
 template <int BK, int X>
 struct gc_wg_layout {
@@ -196,13 +196,36 @@ struct gc_wg_async {
     }
 };
 
+// N consecutive 4-byte entries of shared memory from p (16-byte aligned where N is a multiple of 4, 8-byte where
+// of 2) into v, by the widest loads that fit.
+template <int N>
+__device__ __forceinline__ void gc_lds_run(const uint32_t* p, uint32_t* v) {
+#pragma unroll
+    for (int i = 0; i < N;) {
+        if constexpr (N % 4 == 0) {
+            const uint4 q = *reinterpret_cast<const uint4*>(p + i);
+            v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
+            i += 4;
+        } else if constexpr (N % 2 == 0) {
+            const uint2 q = *reinterpret_cast<const uint2*>(p + i);
+            v[i] = q.x, v[i + 1] = q.y;
+            i += 2;
+        } else {
+            v[i] = p[i];
+            i += 1;
+        }
+    }
+}
+
 // The operand wgmma takes from registers, stored with its rows along k (x contiguous): its K step copied by
 // cp.async as it lies, BK rows of X elements padded to LD = X + 8 floats (so that a fragment read, 8 x by 4 k,
 // hits 32 distinct banks) or X + 16 bytes (E = uint8_t, the image input's bytes, TF32 = 4 tiles: rows 2 tig
 // apart 20 words, a row's 8 x 2 words: 8 distinct words on 8 banks, a word's bytes broadcast), in 16-byte chunks
-// along x where vec allows (a warp's 32 chunks one or more whole rows: a thread's chunks are one x, rows KS
-// apart), else element by element. fragment() reads a 64-row block's k8 slice in wgmma's (and mma.m16n8k8's)
-// order for warp w of the warpgroup: a[0..3] = (16 w + g, t), (16 w + g + 8, t), (16 w + g, t + 4),
+// along x where vec allows (a warp's 32 chunks one or more whole rows: a thread's chunks are one x of CHUNKS
+// consecutive rows, so that INDEXED, their row indices are one 16-byte load from shared memory — 4 loads a
+// step before the nineteenth session, rows KS apart: with the transposed B's 16-byte stores, H100 b1000 trainer
+// 25.85-26.11 -> 25.78-25.94 us tf32, 37.62-37.85 -> 37.49-37.50 fp32), else element by element. fragment()
+// reads a 64-row block's k8 slice in wgmma's (and mma.m16n8k8's) order for warp w of the warpgroup: a[0..3] = (16 w + g, t), (16 w + g + 8, t), (16 w + g, t + 4),
 // (16 w + g + 8, t + 4), lane = 4 g + t; bytes as their values (2^23 + u8 less 2^23, exact in tf32: unscaled).
 template <int BK, int X, typename E = float>
 struct gc_wg_rows_step {   // a K step of the register operand in shared memory (also gc_wg_roles's)
@@ -228,7 +251,7 @@ struct gc_wg_rows {
                                           bool vec_)
         : idx(idx_), ld(ld_), x_left(x_left_), vec(vec_) {
         xt = threadIdx.x % XC * W;
-        kt = threadIdx.x / XC;
+        kt = threadIdx.x / XC * CHUNKS;   // this thread's rows: kt .. kt + CHUNKS - 1
         to = (kt * LD + xt) * (int)sizeof(E);
         in_x = !CX || xt < x_left;   // vec: x_left is a multiple of W, a chunk is wholly inside or outside
         from = threadIdx.x % 4 * LD + threadIdx.x % 128 / 32 * 16 + threadIdx.x % 32 / 4;
@@ -236,11 +259,13 @@ struct gc_wg_rows {
     }
     __device__ __forceinline__ void copy(char* s, int k0, int k_left) {
         if (vec) {
+            uint32_t rows[INDEXED ? CHUNKS : 1];   // INDEXED: the rows' indices, consecutive entries
+            if constexpr (INDEXED) gc_lds_run<CHUNKS>(idx + k0 + kt, rows);
 #pragma unroll
             for (int i = 0; i < CHUNKS; i++) {
-                const int k = kt + i * KS;
-                gc_cp_async<16>(s + to + i * KS * LD * (int)sizeof(E),
-                                INDEXED ? src + (long long)idx[k0 + k] * ld : src + i * KS * ld,
+                const int k = kt + i;
+                gc_cp_async<16>(s + to + i * LD * (int)sizeof(E),
+                                INDEXED ? src + (long long)rows[i] * ld : src + i * ld,
                                 in_x && (!CK || k < k_left));
             }
             if (!INDEXED) src += BK * ld;
@@ -272,63 +297,69 @@ struct gc_wg_rows {
 
 // A K step of an MN-major operand that wgmma reads from shared memory (B without TB, when A has TA), through
 // registers: load() reads it (16-byte vectors along x where vec allows), store() writes it transposed into
-// its gc_wg_layout. A warp's pass is 4 rows k of 32 x (a 128-byte run each): lane l has x = 4 (l % 8) .. + 3
-// at k = l / 8, and its 32 stores of an element land on 32 distinct banks (gc_wg_layout's SBO); warp w takes
-// passes w, w + W, ... — compile-time offsets from its first (the counts are powers of two).
+// its gc_wg_layout. A thread's unit is 4 rows k (4 k0 .. 4 k0 + 3) of 4 x (4 x0 .. 4 x0 + 3): four 16-byte loads,
+// one a row, and — transposed in its registers — four 16-byte stores, one an x: its 4 k are 16 consecutive
+// bytes of a core matrix. A warp's loads are runs of 16 units along x (256 bytes a row); its stores, 8 core
+// matrix rows of each of 4 (gc_wg_layout's SBO = 16 mod 128), 4 wavefronts of 128 bytes, the fewest. (Until the
+// nineteenth session a thread held 4 x of one k and stored them one element at a time: 16 stores a step for the
+// MLP's dW1, against 4.) Unit u = thread + i THREADS: (x0, k0) = (u % UX, u / UX), so unit i is unit 0 moved by
+// dk(i) rows — compile-time offsets; threads past the units (a step of fewer than THREADS units) hold zeros and
+// store nothing.
 template <int BK, int X, int THREADS, bool CX, bool CK>
 struct gc_wg_staged {
     typedef gc_wg_layout<BK, X> L;
-    static constexpr int W = THREADS / 32, XQ = X / 32, PASSES = XQ * (BK / 4), PER = PASSES / W;
-    static_assert(PASSES % W == 0 && (W % XQ == 0 || XQ % W == 0), "gc_gemm: a wgmma step's loads do not share out");
+    static constexpr int UX = X / 4, UNITS = UX * (BK / 4), PER = UNITS >= THREADS ? UNITS / THREADS : 1;
+    static constexpr bool IDLE = UNITS < THREADS;   // some threads have no unit
+    static_assert(THREADS % UX == 0 && (IDLE || UNITS % THREADS == 0), "gc_gemm: a wgmma step's loads do not share out");
 
-    // Pass i of warp w: its 32 x and 4 k (compile-time offsets from pass 0's, given w).
-    __device__ __forceinline__ static int dx(int i) { return W % XQ == 0 ? 0 : W * (i % (XQ / W)) * 32; }
-    __device__ __forceinline__ static int dk(int i) { return W % XQ == 0 ? i * (W / XQ) * 4 : i / (XQ / W) * 4; }
+    __device__ __forceinline__ static int dk(int i) { return i * (THREADS / UX) * 4; }   // unit i's rows from unit 0's
 
     struct places {
-        const float* src;   // pass 0's vector at k 0
+        const float* src;   // unit 0's first row's vector at k 0
         long long ld;
-        int x, k, to, x_left;   // pass 0's place and shared-memory offset
-        bool vec;
+        int x, k, to, x_left;   // unit 0's place and shared-memory offset
+        bool vec, on;           // on: this thread has units
     };
     __device__ __forceinline__ static places place(const float* base, long long ld, int x0, int x_left, bool vec) {
-        const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-        const int x = (W % XQ == 0 ? w % XQ : w) * 32 + lane % 8 * 4, k = (W % XQ == 0 ? w / XQ : 0) * 4 + lane / 8;
-        return {base + k * ld + x0 + x, ld, x, k, L::offset(x, k), x_left, vec};
+        const int x = threadIdx.x % UX * 4, k = threadIdx.x / UX * 4;
+        return {base + k * ld + x0 + x, ld, x, k, L::offset(x, k), x_left, vec, !IDLE || (int)threadIdx.x < UNITS};
     }
 
-    float v[PER][4];
+    float v[PER][4][4];   // [unit][row k][x]
     __device__ __forceinline__ void load(const places& p, int k0, int k_left) {
         const float* f = p.src + (long long)k0 * p.ld;
 #pragma unroll
-        for (int i = 0; i < PER; i++) {
-            const float* q = f + dk(i) * p.ld + dx(i);
-            const bool live = !CK || p.k + dk(i) < k_left;
-            const int x = p.x + dx(i);
-            if (p.vec) {   // x_left is a multiple of 4: a vector is wholly inside or outside
-                if (live && (!CX || x < p.x_left)) gc_ld16(q, v[i]);
-                else v[i][0] = v[i][1] = v[i][2] = v[i][3] = 0.f;
-            } else {
+        for (int i = 0; i < PER; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) v[i][j] = live && (!CX || x + j < p.x_left) ? q[j] : 0.f;
+            for (int r = 0; r < 4; r++) {
+                const float* q = f + (dk(i) + r) * p.ld;
+                const bool live = p.on && (!CK || p.k + dk(i) + r < k_left);
+                if (p.vec) {   // x_left is a multiple of 4: a vector is wholly inside or outside
+                    if (live && (!CX || p.x < p.x_left)) gc_ld16(q, v[i][r]);
+                    else v[i][r][0] = v[i][r][1] = v[i][r][2] = v[i][r][3] = 0.f;
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 4; j++) v[i][r][j] = live && (!CX || p.x + j < p.x_left) ? q[j] : 0.f;
+                }
             }
-        }
     }
     // PARTS (TF32 = 4): each value's high tf32 part at s, its low part at the same place of `low` (gc_tf32_parts).
     template <bool PARTS = false>
     __device__ __forceinline__ void store(char* s, const places& p, char* low = nullptr) const {
+        if (IDLE && !p.on) return;
 #pragma unroll
         for (int i = 0; i < PER; i++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) {   // (x + j, k): x % 8 + j < 8, so j moves 16 bytes within a core matrix
-                const int at = p.to + dx(i) / 8 * L::SBO + dk(i) / 4 * L::LBO + j * 16;
+            for (int j = 0; j < 4; j++) {   // (x + j, k .. k + 3): x % 8 + j < 8, so j moves 16 bytes within a core matrix
+                const int at = p.to + dk(i) / 4 * L::LBO + j * 16;
                 if constexpr (PARTS) {
-                    uint32_t h, l;
-                    gc_tf32_parts(__float_as_uint(v[i][j]), h, l);
-                    *reinterpret_cast<uint32_t*>(s + at) = h;
-                    *reinterpret_cast<uint32_t*>(low + at) = l;
+                    uint32_t h[4], l[4];
+#pragma unroll
+                    for (int r = 0; r < 4; r++) gc_tf32_parts(__float_as_uint(v[i][r][j]), h[r], l[r]);
+                    *reinterpret_cast<uint4*>(s + at) = make_uint4(h[0], h[1], h[2], h[3]);
+                    *reinterpret_cast<uint4*>(low + at) = make_uint4(l[0], l[1], l[2], l[3]);
                 } else {
-                    *reinterpret_cast<float*>(s + at) = v[i][j];
+                    *reinterpret_cast<float4*>(s + at) = make_float4(v[i][0][j], v[i][1][j], v[i][2][j], v[i][3][j]);
                 }
             }
     }
