@@ -150,9 +150,9 @@ def test_cpu_programs_run_kernels_in_schedule_order_and_cuda_ones_branch():
 
 
 def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
-    """The trainer's next batch (emit.next_batch_hook, runtime gc_hook) is written beside the step's later
-    kernels: right after the last kernel that reads the labels or writes the loss, on its own stream that
-    waits for theirs. The kernels after it touch neither; a step whose x is gathered (read by the step to
+    """The trainer's next batch (emit.next_batch_hook, runtime gc_hook_mark / gc_hook_run) is written beside the
+    step's later kernels: after the last kernel that reads the labels or writes the loss, on its own stream
+    that waits for theirs (events recorded there), launched after the step's kernels. The kernels after it touch neither; a step whose x is gathered (read by the step to
     its end) runs no hook and refuses one; the cpu runs it in place, in the same order."""
     import re
     import gcompile as gc
@@ -171,8 +171,11 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
         body = re.search(r"static int gc_run_train_branches\(unsigned char\* A, const gc_step_hook\* hook\) \{(.*?)\n}",
                          src.source, re.S).group(1)
         lines = [line.strip() for line in body.splitlines()]
-        at = lines.index(f"GC_TRY(gc_hook(hook, {hook['mask']}u, {train[hook['after']].values['stream']}));   "
-                         "// the labels are read, the loss written")
+        at = lines.index(f"GC_TRY(gc_hook_mark(hook, {hook['mask']}u));   // the labels are read, the loss written")
+        # the hook itself is launched after every kernel of the step (its kernel would go ahead of the side
+        # kernels), waiting for the events the mark recorded
+        run = lines.index("GC_TRY(gc_hook_run(hook));   // after the step's launches, waiting for the mark")
+        assert run > max(lines.index(f"GC_TRY({k.name}(A));") for k in train)
         # small batches (gathered values): the post kernel right after gathers the next batch itself, in its
         # last blocks, where the caller says what (hook->next); the hook's function runs otherwise
         assert hook["in_post"] == (batch == 128)
@@ -183,12 +186,14 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
             chain = train[hook["after"]]
             assert post.values["stream"] != chain.values["stream"] and chain.values["record"] in post.values["waits"]
             assert lines[at - 1].startswith("if (!hook || !hook->next)")
+            assert lines[run - 1].startswith("if (!hook || !hook->next)")
             at -= 1
         assert lines[at - 1] in (f"GC_TRY({train[hook['after']].name}(A));", f"GC_TRY(gc_record({train[hook['after']].values['record']}));")
         assert "#define GC_NEXT_BATCH 1" in src.source
         assert 'gc_run_eval: this step runs no hook' in src.source
     cpu = compile_program(mlp_program(128), "cpu")
-    assert "#define GC_NEXT_BATCH 1" in cpu.source and "GC_TRY(gc_hook(hook, 1u, 0));" in cpu.source
+    assert "#define GC_NEXT_BATCH 1" in cpu.source and "GC_TRY(gc_hook_mark(hook, 1u));" in cpu.source
+    assert "GC_TRY(gc_hook_run(hook));" in cpu.source
     assert not next_batch_hook(cpu.kernels["train"], cpu.plan, cpu.module, "cpu")["in_post"]
 
     x = gc.placeholder("x", (8, 10))   # rows of 10 elements: gathered, not read in place
@@ -198,7 +203,7 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
     src = compile_program(gc.Program(gc.softmax_cross_entropy(logits, y), [W], optimizer=gc.SGD(lr=0.1),
                                      outputs={"logits": logits}), "cuda")
     assert next_batch_hook(src.kernels["train"], src.plan, src.module) is None
-    assert "#define GC_NEXT_BATCH 0" in src.source and "gc_hook(hook" not in src.source
+    assert "#define GC_NEXT_BATCH 0" in src.source and "GC_TRY(gc_hook_" not in src.source
     assert "gc_run_train: this step runs no hook" in src.source
 
 
