@@ -120,8 +120,8 @@ GC_WGMMA_N(128, GC_WG_R64, GC_WG_D64, 64, 65, 66, 67, 68)
 // One operand's K step in shared memory as wgmma reads it: X rows (M or N) of BK k, element (x, k) at byte
 // (x / 8) SBO + (k / 4) LBO + (x % 8) 16 + (k % 4) 4: LBO = 128 (the core matrices of a row group follow each
 // other along k), SBO = 32 BK + 16 (the row groups follow each other, 16 bytes apart: SBO = 16 mod 128 spreads
-// the transposing 16-byte stores of gc_wg_staged over the 8 16-byte bank groups; gc_wg_async's 16-byte copies write whole core
-// matrices, conflict-free either way).
+// the transposing 16-byte stores of gc_wg_staged over the 8 16-byte bank groups; gc_wg_async's 16-byte copies
+// write whole core matrices, conflict-free either way).
 template <int BK, int X>
 struct gc_wg_layout {
     static constexpr int LBO = 128, SBO = BK * 32 + 16, CPR = BK / 4;   // CPR: core matrices (16-byte chunks) a row
@@ -225,8 +225,9 @@ __device__ __forceinline__ void gc_lds_run(const uint32_t* p, uint32_t* v) {
 // consecutive rows, so that INDEXED, their row indices are one 16-byte load from shared memory — 4 loads a
 // step before the nineteenth session, rows KS apart: with the transposed B's 16-byte stores, H100 b1000 trainer
 // 25.85-26.11 -> 25.78-25.94 us tf32, 37.62-37.85 -> 37.49-37.50 fp32), else element by element. fragment()
-// reads a 64-row block's k8 slice in wgmma's (and mma.m16n8k8's) order for warp w of the warpgroup: a[0..3] = (16 w + g, t), (16 w + g + 8, t), (16 w + g, t + 4),
-// (16 w + g + 8, t + 4), lane = 4 g + t; bytes as their values (2^23 + u8 less 2^23, exact in tf32: unscaled).
+// reads a 64-row block's k8 slice in wgmma's (and mma.m16n8k8's) order for warp w of the warpgroup: a[0..3] =
+// (16 w + g, t), (16 w + g + 8, t), (16 w + g, t + 4), (16 w + g + 8, t + 4), lane = 4 g + t; bytes as their
+// values (2^23 + u8 less 2^23, exact in tf32: unscaled).
 template <int BK, int X, typename E = float>
 struct gc_wg_rows_step {   // a K step of the register operand in shared memory (also gc_wg_roles's)
     static constexpr int LD = X + (sizeof(E) == 4 ? 8 : 16), BYTES = (BK * LD * (int)sizeof(E) + 15) / 16 * 16;
@@ -310,7 +311,8 @@ struct gc_wg_staged {
     typedef gc_wg_layout<BK, X> L;
     static constexpr int UX = X / 4, UNITS = UX * (BK / 4), PER = UNITS >= THREADS ? UNITS / THREADS : 1;
     static constexpr bool IDLE = UNITS < THREADS;   // some threads have no unit
-    static_assert(THREADS % UX == 0 && (IDLE || UNITS % THREADS == 0), "gc_gemm: a wgmma step's loads do not share out");
+    static_assert(THREADS % UX == 0 && (IDLE || UNITS % THREADS == 0),
+                  "gc_gemm: a wgmma step's loads do not share out");
 
     __device__ __forceinline__ static int dk(int i) { return i * (THREADS / UX) * 4; }   // unit i's rows from unit 0's
 
@@ -350,7 +352,8 @@ struct gc_wg_staged {
 #pragma unroll
         for (int i = 0; i < PER; i++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) {   // (x + j, k .. k + 3): x % 8 + j < 8, so j moves 16 bytes within a core matrix
+            for (int j = 0; j < 4; j++) {   // (x + j, k .. k + 3): x % 8 + j < 8, so j moves 16 bytes within
+                                            // a core matrix
                 const int at = p.to + dk(i) / 4 * L::LBO + j * 16;
                 if constexpr (PARTS) {
                     uint32_t h[4], l[4];

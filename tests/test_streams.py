@@ -152,8 +152,9 @@ def test_cpu_programs_run_kernels_in_schedule_order_and_cuda_ones_branch():
 def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
     """The trainer's next batch (emit.next_batch_hook, runtime gc_hook_mark / gc_hook_run) is written beside the
     step's later kernels: after the last kernel that reads the labels or writes the loss, on its own stream
-    that waits for theirs (events recorded there), launched after the step's kernels. The kernels after it touch neither; a step whose x is gathered (read by the step to
-    its end) runs no hook and refuses one; the cpu runs it in place, in the same order."""
+    that waits for theirs (events recorded there), launched after the step's kernels. The kernels after it
+    touch neither; a step whose x is gathered (read by the step to its end) runs no hook and refuses one; the
+    cpu runs it in place, in the same order."""
     import re
     import gcompile as gc
     from gcompile.passes.emit import next_batch_hook
