@@ -202,8 +202,8 @@ def cases() -> list[H.Case]:
               runs=True, rows="u8"),
             C("float32", False, False, "gc_tile<32, 32, 16, 4, 4, 0, 1, 100, 64, 300, 4>", 100, 64, 300, ep=True,
               runs=True, rows="f32")]
-    # the wgmma kernel (gc_gemm_wgmma.cuh, sm_90a), every transpose case (k contiguous: 16-byte copies; else
-    # transposing 4-byte ones): odd shapes (element copies), overhangs, split-K with the epilogue, a static shape
+    # the wgmma kernel (gc_gemm_wgmma.cuh, sm_90a), every transpose case (k contiguous: 16-byte copies; A^T's B
+    # transposed through registers, gc_wg_staged): odd shapes (element copies), overhangs, split-K with the epilogue, a static shape
     # it divides (no checks), two warpgroups, BK 16, the MLP's batch-1000 x @ W1 and dW1 (K no multiple of a
     # split's steps); the image input read in place from float rows (both layouts of A, indexed or in order)
     for ta in (False, True):
@@ -219,6 +219,11 @@ def cases() -> list[H.Case]:
                   tf32=True),
                 C("float32", ta, tb, "gc_tile<64, 128, 16, 64, 128, 2, 2, 0, 0, 0, 6>", 70, 140, 100, ep=True,
                   tf32=True),
+                # a step of fewer 4 x 4 units of the transposed B (A^T B) than threads (128 x 64 x 16: 64 units,
+                # 128 threads; gc_wg_staged's idle threads), by elements (N odd) and by vectors
+                C("float32", ta, tb, "gc_tile<128, 64, 16, 128, 64, 2, 2, 0, 0, 0, 6>", 150, 70, 100, ep=True,
+                  tf32=True),
+                C("float32", ta, tb, "gc_tile<128, 64, 16, 128, 64, 2, 1, 0, 0, 0, 6>", 130, 136, 200, tf32=True),
             ]
             for index in (True, False):
                 out.append(C("float32", ta, tb, "gc_tile<64, 128, 32, 64, 128, 2, 4, 784, 256, 1000, 4>"
