@@ -684,17 +684,24 @@ struct gc_gemm_block {
     // (NI of them) into registers; put_rows, into shared memory (a barrier must follow before they are read).
     static constexpr int IDX = TA ? ((Tile::SK + S - 1) / S + BK - 1) / BK * BK : Tile::BM;
     static constexpr int NI = (IDX + Tile::THREADS - 1) / Tile::THREADS;
+    // the block's first row (m0, or k_begin with TA) and its count of rows
+    __device__ __forceinline__ void row_span(int& first, int& count) const {
+        first = TA ? k_begin : m0;
+        count = TA ? k_end - k_begin : min(Tile::BM, M - m0);
+    }
     // entry i (< IDX) from the block's first row and its count of rows
     __device__ __forceinline__ uint32_t row_index(int i, int first, int count, const gc_rows& rows) const {
         return i >= count ? 0 : rows.index ? rows.index[first + i] : first + i;
     }
     __device__ __forceinline__ void stage_rows(uint32_t* ridx, const gc_rows& rows) const {
-        const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(Tile::BM, M - m0);
+        int first, count;
+        row_span(first, count);
         for (int i = threadIdx.x; i < IDX; i += Tile::THREADS) ridx[i] = row_index(i, first, count, rows);
         __syncthreads();
     }
     __device__ __forceinline__ void load_rows(uint32_t (&v)[NI], const gc_rows& rows) const {
-        const int first = TA ? k_begin : m0, count = TA ? k_end - k_begin : min(Tile::BM, M - m0);
+        int first, count;
+        row_span(first, count);
 #pragma unroll
         for (int q = 0; q < NI; q++) {
             const int i = threadIdx.x + q * Tile::THREADS;
