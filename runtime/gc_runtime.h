@@ -135,10 +135,11 @@ __device__ __forceinline__ void gc_wait_prior() {
 //
 // A step may also run its caller's hook beside its own later kernels (the trainer's next batch, gc_main.h):
 // gc_hook_mark(hook, mask), right after the last kernel that reads the labels or writes the loss, records an
-// event on each stream in `mask` (those kernels' streams); gc_hook_run(hook), after every kernel of the step
-// is launched, enqueues the hook on a stream of its own that waits for those events; gc_join waits for it
-// too. (Launched where it is marked, the hook's kernel went ahead of the step's side kernels, which then
-// started later: H100, MLP b1000 tf32 trainer, 25.90 / 25.95 -> 25.70 / 25.62 us, 12 interleaved rounds.)
+// event on each stream in `mask` (those kernels' streams); gc_hook_run(hook, mask), with the same mask, after
+// every kernel of the step is launched, enqueues the hook on a stream of its own that waits for those events;
+// gc_join waits for it too. (Launched where it is marked, the hook's kernel went ahead of the step's side
+// kernels, which then started later: H100, MLP b1000 tf32 trainer, 25.90 / 25.95 -> 25.70 / 25.62 us, 12
+// interleaved rounds.)
 #if GC_KERNELS0
 GC_SHARED thread_local cudaStream_t gc_current_stream = cudaStreamPerThread;
 #else
@@ -155,7 +156,6 @@ static thread_local cudaStream_t gc_stream_table[GC_MAX_STREAMS + 1];
 static thread_local cudaEvent_t gc_event_table[GC_EVENT_SLOTS];
 static thread_local bool gc_streams_made = false;
 static thread_local bool gc_hook_ran = false;   // the step's hook stream has work for gc_join to wait for
-static thread_local unsigned gc_hook_marks = 0;  // the streams whose gc_hook_mark events the hook waits for
 
 GC_SHARED int gc_streams_ready(void) {
     if (gc_streams_made) return GC_OK;
@@ -194,16 +194,14 @@ static int gc_hook_mark(const gc_step_hook* hook, unsigned mask) {
     for (int s = 0; s < GC_MAX_STREAMS; s++)
         if (mask >> s & 1) GC_CUDA_TRY(cudaEventRecord(gc_event_table[GC_MAX_EVENTS + 1 + GC_MAX_STREAMS + s],
                                                        gc_stream_table[s]));
-    gc_hook_marks = mask;
     return GC_OK;
 }
-static int gc_hook_run(const gc_step_hook* hook) {
+static int gc_hook_run(const gc_step_hook* hook, unsigned mask) {
     if (!hook) return GC_OK;
     cudaStream_t side = gc_stream_table[GC_HOOK_STREAM];
     for (int s = 0; s < GC_MAX_STREAMS; s++)
-        if (gc_hook_marks >> s & 1)
+        if (mask >> s & 1)
             GC_CUDA_TRY(cudaStreamWaitEvent(side, gc_event_table[GC_MAX_EVENTS + 1 + GC_MAX_STREAMS + s], 0));
-    gc_hook_marks = 0;
     gc_current_stream = side;
     gc_hook_ran = true;
     return hook->fn(hook->ctx);   // (gc_join sends launches to stream 0 again)
@@ -213,7 +211,6 @@ static int gc_join(int streams, int rc) {
     gc_current_stream = cudaStreamPerThread;
     const bool hooked = gc_hook_ran;
     gc_hook_ran = false;
-    gc_hook_marks = 0;   // (a step that failed between its mark and its hook)
     for (int s = 1; rc == GC_OK && s <= GC_HOOK_STREAM; s++) {
         if (s >= streams && !(s == GC_HOOK_STREAM && hooked)) continue;
         cudaEvent_t join = gc_event_table[GC_MAX_EVENTS + s];
@@ -316,7 +313,7 @@ static int gc_on(int) { return GC_OK; }
 static int gc_record(int) { return GC_OK; }
 static int gc_wait(int) { return GC_OK; }
 static int gc_hook_mark(const gc_step_hook*, unsigned) { return GC_OK; }
-static int gc_hook_run(const gc_step_hook* hook) { return hook ? hook->fn(hook->ctx) : GC_OK; }
+static int gc_hook_run(const gc_step_hook* hook, unsigned) { return hook ? hook->fn(hook->ctx) : GC_OK; }
 static int gc_join(int, int rc) { return rc; }
 #endif
 

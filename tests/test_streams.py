@@ -175,7 +175,7 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
         at = lines.index(f"GC_TRY(gc_hook_mark(hook, {hook['mask']}u));   // the labels are read, the loss written")
         # the hook itself is launched after every kernel of the step (its kernel would go ahead of the side
         # kernels), waiting for the events the mark recorded
-        run = lines.index("GC_TRY(gc_hook_run(hook));   // after the step's launches, waiting for the mark")
+        run = lines.index(f"GC_TRY(gc_hook_run(hook, {hook['mask']}u));   // after the step's launches, waiting for the mark")
         assert run > max(lines.index(f"GC_TRY({k.name}(A));") for k in train)
         # small batches (gathered values): the post kernel right after gathers the next batch itself, in its
         # last blocks, where the caller says what (hook->next); the hook's function runs otherwise
@@ -194,7 +194,7 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
         assert 'gc_run_eval: this step runs no hook' in src.source
     cpu = compile_program(mlp_program(128), "cpu")
     assert "#define GC_NEXT_BATCH 1" in cpu.source and "GC_TRY(gc_hook_mark(hook, 1u));" in cpu.source
-    assert "GC_TRY(gc_hook_run(hook));" in cpu.source
+    assert "GC_TRY(gc_hook_run(hook, 1u));" in cpu.source
     assert not next_batch_hook(cpu.kernels["train"], cpu.plan, cpu.module, "cpu")["in_post"]
 
     x = gc.placeholder("x", (8, 10))   # rows of 10 elements: gathered, not read in place
