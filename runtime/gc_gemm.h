@@ -4,11 +4,12 @@
 //
 //   template <typename T, bool TA, bool TB, class Tile, class Ep>
 //   static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep,
-//                      int batch = 1, long long sa = 0, long long sb = 0, long long sc = 0);
+//                      int batch = 1, long long sa = 0, long long sb = 0, long long sc = 0, bool release = false);
 //
 // C[b] (M, N) = ep(b, m, n, sum_k op(A[b])[m, k] * op(B[b])[k, n]) for b < batch, A[b] = A + b * sa
 // (elements), same for B and C. op(A) is A (M, K), or A^T when TA (A stored (K, M)); op(B) is B (K, N), or
-// B^T when TB (B stored (N, K)). The epilogue's value is what is stored in C[b][m, n].
+// B^T when TB (B stored (N, K)). The epilogue's value is what is stored in C[b][m, n]. `release` (cuda): the
+// next kernel on the stream may start once the GEMM's main loop is done (gc_release_dependents).
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
 // A tile configuration (gcompile/gemm_tiles.py chooses one per GEMM; the cpu target ignores it).

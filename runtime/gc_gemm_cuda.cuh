@@ -28,6 +28,8 @@ struct gc_gemm_params {
     Ep ep;
     gc_rows rows;          // RA: the image input read in place (A is its source)
     bool va, vb, vc;   // 16-byte accesses allowed: loads of A, of B (along their contiguous dimension), stores of C
+    bool release;      // the next kernel may start once the main loop is done (gc_release_dependents; the
+                       // pipelined, tensor-core, wgmma and short-K kernels: not the register-staged one)
 };
 
 // Whether an operand's 16-byte accesses of `width` elements are allowed: its contiguous dimension, the
@@ -921,6 +923,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
         for (int kt = 0; kt < ktiles; kt++) step(kt, ga0, gb0);
     }
 
+    // (no gc_release_dependents here: the 128 x 128 tf32 tile spilled 32 bytes of registers with it)
     gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc, for_runs,
                                                     [] {},   // (the loop's last barrier freed the buffers)
                                                     packs, &acc[0][0]);
@@ -1233,6 +1236,7 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
                 }
             });
     }
+    gc_release_dependents(p.release);
     // (with K groups, group 0's sums are the block's: only it stores them, into the places it read group 1's)
     gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc,
                                                                   [&](auto&& f) { if (group == 0) for_runs(f); }, [] {
@@ -1286,12 +1290,13 @@ static int gc_gemm_pipe_launch(dim3 grid, cudaLaunchAttribute* cluster, const gc
 // The launch of both forms of A (RA: the image input in place, A = its source).
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int N, int K, Ep ep, int batch,
-                          long long sa, long long sb, long long sc) {
+                          long long sa, long long sb, long long sc, bool release) {
     GC_TRY(gc_gemm_check<Tile>(M, N, K, batch));
     if (M == 0 || N == 0 || batch == 0) return GC_OK;
     constexpr int W = 16 / sizeof(T), S = Tile::SPLIT;
     gc_gemm_params<T, Ep> p = {A, B, C, M, N, K, sa, sb, sc, ep, rows, gc_gemm_vectors(A, TA ? M : K, sa, W, batch),
-                               gc_gemm_vectors(B, TB ? K : N, sb, W, batch), gc_gemm_vectors(C, N, sc, 4, batch)};
+                               gc_gemm_vectors(B, TB ? K : N, sb, W, batch), gc_gemm_vectors(C, N, sc, 4, batch),
+                               release};
     const long long tiles = (long long)((M + Tile::BM - 1) / Tile::BM) * ((N + Tile::BN - 1) / Tile::BN);
     if (tiles > 0x7fffffffLL || (long long)batch * S > 65535)
         return gc_fail(GC_ERR_ARG, "gc_gemm: M=%d N=%d batch=%d is too large for one launch", M, N, batch);
@@ -1339,8 +1344,8 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
 
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
-                   long long sb = 0, long long sc = 0) {
-    return gc_gemm_launch<T, TA, TB, Tile, Ep, false>(A, gc_rows{}, B, C, M, N, K, ep, batch, sa, sb, sc);
+                   long long sb = 0, long long sc = 0, bool release = false) {
+    return gc_gemm_launch<T, TA, TB, Tile, Ep, false>(A, gc_rows{}, B, C, M, N, K, ep, batch, sa, sb, sc, release);
 }
 
 // A read in place: the image input x (batch, row) of a program whose batch gather is fused into its GEMMs.
@@ -1349,14 +1354,16 @@ static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int
 // kernel that reads rows (RA): two instantiations, so that the plain one keeps its registers and speed.
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 static int gc_gemm(gc_rows A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
-                   long long sb = 0, long long sc = 0) {
+                   long long sb = 0, long long sc = 0, bool release = false) {
     if (!A.source) return gc_fail(GC_ERR_ARG, "gc_gemm: no batch input set (gc_batch_input) for the image input");
     if (!A.index && !A.u8)
-        return gc_gemm_launch<T, TA, TB, Tile, Ep, false>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc);
+        return gc_gemm_launch<T, TA, TB, Tile, Ep, false>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc,
+                                                          release);
     // the rows kernel moves runs of 4 elements (plan_memory.batch_rows wants rows of a multiple of 4)
     if ((TA ? M : K) % 4 || (uintptr_t)A.source % (A.u8 ? 4 : 16))
         return gc_fail(GC_ERR_ARG, "gc_gemm: the image input's rows (%d elements, at %p) are not 4-element runs",
                        TA ? M : K, A.source);
-    return gc_gemm_launch<T, TA, TB, Tile, Ep, true>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc);
+    return gc_gemm_launch<T, TA, TB, Tile, Ep, true>((const T*)A.source, A, B, C, M, N, K, ep, batch, 0, sb, sc,
+                                                     release);
 }
 #endif   // GC_KERNELS

@@ -206,6 +206,7 @@ __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, 
             if (odd) c[0] = r0, c[1] = r1;
             else c[2] = r0, c[3] = r1;
         }
+    gc_release_dependents(p.release);
     gc_gemm_finish<4, BM, BN, S, THREADS, !Block::EM, !Block::EN>(
         (T*)smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc, for_runs, [] {
             gc_cp_wait<0>();

@@ -326,6 +326,7 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
 #pragma unroll
                 for (int r = 0; r < 4; r++) acc[i][j][r] *= k;
     }
+    gc_release_dependents(p.release);
     gc_gemm_finish<2, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, g.b, g.m0, g.n0, g.M, g.N, C, p.vc, for_runs, [] {
         gc_cp_wait<0>();   // (only empty groups are left, but no copy may land after the partial tile)
         __syncthreads();   // every warp is past its last reads of the buffers

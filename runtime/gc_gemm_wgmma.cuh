@@ -659,6 +659,7 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
 #pragma unroll
             for (int j = 0; j < NACC; j++) acc[i][j] *= scale;
     }
+    gc_release_dependents(p.release);
     gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M, g.N,
                                                       C, p.vc, for_runs, [] {
         gc_cp_wait<0>();   // (only empty groups are left, but no copy may land after the partial tile)

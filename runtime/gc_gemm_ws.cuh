@@ -271,6 +271,7 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
         gc_cp_wait<0>();
         __syncthreads();   // every warpgroup is done with the buffers
     };
+    gc_release_dependents(p.release);
     if constexpr (S > 1 && !gc_ep_partials<Ep>::value)   // the cluster's sum, pushed into the blocks' step bytes
         gc_gemm_split_push<2, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M,
                                                             g.N, C, p.vc, for_runs, free_smem, split_packs);

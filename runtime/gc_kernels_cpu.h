@@ -63,14 +63,14 @@ static int gc_gemm_cpu(AT a, const T* B, T* C, int M, int N, int K, Ep ep, int b
 
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
-                   long long sb = 0, long long sc = 0) {
+                   long long sb = 0, long long sc = 0, bool = false) {
     return gc_gemm_cpu<T, TA, TB, Tile>(gc_cpu_matrix<T>{A, TA ? M : K, sa}, B, C, M, N, K, ep, batch, sb, sc);
 }
 
 // A read in place (one matrix: the image input x, stored (batch, row)).
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 static int gc_gemm(gc_rows A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long = 0,
-                   long long sb = 0, long long sc = 0) {
+                   long long sb = 0, long long sc = 0, bool = false) {
     if (!A.source) return gc_fail(GC_ERR_ARG, "gc_gemm: no batch input set (gc_batch_input) for the image input");
     return gc_gemm_cpu<T, TA, TB, Tile>(gc_cpu_rows{A, TA ? M : K}, B, C, M, N, K, ep, batch, sb, sc);
 }

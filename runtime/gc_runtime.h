@@ -112,14 +112,27 @@ typedef struct {
 // the programmatic-serialization attribute, so the next kernel's launch is prepared while this one runs.
 // Every kernel starts with gc_wait_prior(): it returns once the previous kernel has completed and its writes
 // are visible, so nothing is read or written early (and the wait is transitive: the previous kernel itself
-// waited for its predecessor). No kernel triggers its dependents explicitly (griddepcontrol.launch_dependents):
-// measured on an H100, triggering right after the wait made the MLP's batch-1000 step 28% slower (the next
-// kernel's waiting blocks hold SM resources), while the implicit trigger at each block's exit gave 2-7% over
-// plain launches (MLP 43.4 -> 40.9 us at batch 128, 87.4 -> 85.2 at 1000; logreg 14.9 -> 13.8). Before
-// sm_90 the wait is a no-op and the attribute is not set: launches serialize as usual.
+// waited for its predecessor). Kernels do not trigger their dependents at their start
+// (griddepcontrol.launch_dependents): measured on an H100, triggering right after the wait made the MLP's
+// batch-1000 step 28% slower (the next kernel's waiting blocks hold SM resources), while the implicit trigger
+// at each block's exit gave 2-7% over plain launches (MLP 43.4 -> 40.9 us at batch 128, 87.4 -> 85.2 at 1000;
+// logreg 14.9 -> 13.8). Before sm_90 the wait is a no-op and the attribute is not set: launches serialize as
+// usual.
 __device__ __forceinline__ void gc_wait_prior() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// The one early trigger: a GEMM whose next kernel on its stream has work to do before its gc_wait_prior (a
+// chain copying Bs this GEMM does not write: streams.early_copies) lets that kernel's blocks start once its own
+// main loop is done (`release`, gc_gemm_params), so that work runs beside the GEMM's end (the split's sum, the
+// epilogue). One thread a block; the next kernel launches when every block has triggered or ended.
+__device__ __forceinline__ void gc_release_dependents(bool release) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (release && threadIdx.x == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#else
+    (void)release;
 #endif
 }
 

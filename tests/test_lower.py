@@ -602,11 +602,13 @@ def test_a_chain_copies_its_stages_bs_into_shared_memory():
     chain = src.kernels["train"][1]
     staged, stages = chain.values["staged"], chain.values["stages"]
     buf = {b.node.name: b for b in src.plan.buffers if b.node.name in ("W2", "W3")}
-    assert staged == {"parts": [{"ptr": f"((const float*)(A + {buf['W2'].offset}))", "bytes": 102400, "name": "W2",
-                                 "at": 0},
-                                {"ptr": f"((const float*)(A + {buf['W3'].offset}))", "bytes": 4000, "name": "W3",
-                                 "at": 102400}],
-                      "bytes": 102400 + 4096, "tx": 106400, "first": 0, "names": ["W2", "W3"]}
+    w2, w3 = buf["W2"].offset, buf["W3"].offset
+    assert staged == {"parts": [{"ptr": f"((const float*)(A + {w2}))", "bytes": 102400, "name": "W2",
+                                 "at": 0, "span": (w2, w2 + 102400)},
+                                {"ptr": f"((const float*)(A + {w3}))", "bytes": 4000, "name": "W3",
+                                 "at": 102400, "span": (w3, w3 + 4000)}],
+                      "bytes": 102400 + 4096, "tx": 106400, "first": 0, "names": ["W2", "W3"],
+                      "early": True}   # (x @ W1, the kernel before it, writes neither: streams.early_copies)
     assert [st.get("b_staged") for st in stages] == [0, 102400, None, 102400, 0]
     for b in buf.values():
         assert not any(lo < b.offset + b.size and b.offset < hi for lo, hi in chain.writes)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gcompile.passes.lower import Kernel, lower
 from gcompile.passes.plan_memory import CONCURRENT_SLACK
-from gcompile.passes.streams import MAX_STREAMS, assign_streams, conflicts
+from gcompile.passes.streams import MAX_STREAMS, assign_streams, conflicts, early_copies
 from gcompile.pipeline import compile_program
 from graphs import mlp_program
 
@@ -140,6 +140,65 @@ def test_the_plan_falls_back_to_the_schedule_order_when_branches_cost_too_much()
     kernels = lower(src.schedules, src.plan)["train"]
     assign_streams(kernels)
     assert_ordered(kernels)
+
+
+def test_a_chain_copies_its_bs_before_its_wait_where_the_kernel_before_it_writes_none():
+    """streams.early_copies: a chain whose staged Bs the kernel before it on its stream does not write issues
+    their copies before its gc_wait_prior, and that kernel, where it is a GEMM, releases it after its main
+    loop; not where that kernel writes a B's bytes, nor for a chain that opens its stream in the step."""
+    def step(before_kind, before_writes, first=False):
+        gemm = Kernel(before_kind, "p", "", reads=[(600, 700)], writes=list(before_writes))
+        chain = Kernel("chain", "c", "", {"staged": {"parts": [{"span": (200, 300)}, {"span": (320, 340)}]}},
+                       reads=[(0, 100), (200, 300), (320, 340)], writes=[(400, 500)])
+        kernels = [chain] if first else [gemm, chain]
+        assign_streams(kernels)
+        early_copies(kernels)
+        return gemm, chain
+    gemm, chain = step("matmul", [(0, 100)])
+    assert chain.values["staged"].get("early") and gemm.values.get("release")
+    gemm, chain = step("fused", [(0, 100)])
+    assert chain.values["staged"].get("early") and not gemm.values.get("release")
+    for writes in ([(0, 100), (330, 331)], [(0, 100), (299, 320)]):   # it writes a B's bytes
+        gemm, chain = step("matmul", writes)
+        assert not chain.values["staged"].get("early") and not gemm.values.get("release")
+    _, chain = step("matmul", [(0, 100)], first=True)
+    assert not chain.values["staged"].get("early")
+    # a B written earlier in the step by a kernel that the one before the chain does not follow (the chain
+    # waits for it on another stream), and by one that it follows (done by the time the chain starts)
+    for gemm_reads, early in (([(600, 700)], False), ([(600, 700), (205, 206)], True)):
+        side = Kernel("fused", "w", "", reads=[(800, 900)], writes=[(200, 210)])
+        gemm = Kernel("matmul", "p", "", reads=gemm_reads, writes=[(0, 100)])
+        chain = Kernel("chain", "c", "", {"staged": {"parts": [{"span": (200, 300)}]}},
+                       reads=[(0, 100), (200, 300)], writes=[(400, 500)])
+        kernels = [side, gemm, chain]
+        assign_streams(kernels)
+        early_copies(kernels)
+        assert chain.values["stream"] == gemm.values["stream"]
+        assert bool(chain.values["staged"].get("early")) == early == bool(gemm.values.get("release"))
+
+
+def test_the_mlp_chain_copies_w2_and_w3_while_x_at_w1_ends():
+    """The MLP at batch 1000 under tf32 (a chain on tensor cores, W2 and W3 staged): in both steps the chain's
+    copies come before its wait and x @ W1, the kernel before it, releases it; logistic regression's chain,
+    the step's first kernel, waits first; the cpu target has neither."""
+    import re
+    src = compile_program(mlp_program(1000), "cuda", precision="tf32")
+    for step in ("train", "eval"):
+        ks = src.kernels[step]
+        at = next(i for i, k in enumerate(ks) if k.kind == "chain")
+        chain, gemm = ks[at], ks[at - 1]
+        assert chain.values["staged"]["early"] and gemm.kind == "matmul" and gemm.values["release"]
+        body = re.search(rf"__global__ void __launch_bounds__\(GC_BLOCK\) {chain.name}_kernel\(.*?\n}}\n",
+                         src.source, re.S).group(0)
+        assert body.index("gc_stage_copy(") < body.index("gc_wait_prior();") < body.index("__syncthreads();")
+        call = re.search(rf"int {gemm.name}\(unsigned char\* A\) {{\n    return gc_gemm<.*?\);\n", src.source, re.S)
+        assert call.group(0).endswith(", true);\n")
+    logreg = compile_program(mlp_program(128, dims=(784, 10)), "cuda")   # logistic regression
+    chain = next(k for k in logreg.kernels["train"] if k.kind == "chain")
+    assert logreg.kernels["train"][0] is chain and not (chain.values.get("staged") or {}).get("early")
+    cpu = compile_program(mlp_program(1000), "cpu", precision="tf32")
+    assert not any(k.values.get("release") or (k.values.get("staged") or {}).get("early")
+                   for ks in cpu.kernels.values() for k in ks)
 
 
 def test_cpu_programs_run_kernels_in_schedule_order_and_cuda_ones_branch():

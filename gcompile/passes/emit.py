@@ -17,7 +17,7 @@ from ..graph import Node
 from ..gemm_tiles import Tile
 from .lower import C_TYPES, c_literal, overlap
 from .plan_memory import gathered_rows
-from .streams import assign_streams
+from .streams import assign_streams, early_copies
 
 DTYPE_CODES = {"uint8": 0, "int32": 1, "float32": 2, "float64": 4}
 
@@ -235,6 +235,9 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
     if callable(build_command):
         build_command = build_command(parts)
     streams = {d: assign_streams(ks) if target == "cuda" else 1 for d, ks in kernels.items()}
+    if target == "cuda":
+        for ks in kernels.values():
+            early_copies(ks)
     share_carveout(kernels, target)
     hook = next_batch_hook(kernels.get("train", []), plan, module, target)
     if hook and hook["in_post"]:   # the post kernel's last blocks gather the next batch

@@ -431,8 +431,8 @@ class Lowering:
         all (the MLP's W2 and W3; in shared memory one after another, each at a multiple of 128 bytes), and only
         where the grid has a block an SM at most (a block's copy takes shared memory that other blocks of the SM
         would need). Marks each reader's values `b_staged` (its B's offset in the copy); {"parts": [{"ptr",
-        "at", "bytes"}], "bytes": the buffer's size, "tx": the bytes copied, "first": the first reader's stage,
-        "names"}."""
+        "at", "bytes", "span": its arena bytes}], "bytes": the buffer's size, "tx": the bytes copied, "first":
+        the first reader's stage, "names"} (and "early", streams.early_copies)."""
         if self.target != "cuda" or grid > SMS:
             return None
         parts, readers = {}, {}   # B's id: its part; the stages reading it
@@ -446,7 +446,7 @@ class Lowering:
                 at, size = self.plan.offset_of(b, self.direction), b.size * 4
                 if at % 16 or size % 16 or overlap([(at, at + size)], writes):
                     continue
-                parts[id(b)] = {"ptr": self.pointer(b), "bytes": size, "name": b.name}
+                parts[id(b)] = {"ptr": self.pointer(b), "bytes": size, "name": b.name, "span": (at, at + size)}
             readers.setdefault(id(b), []).append(i)
         at = 0
         for part in parts.values():
