@@ -120,7 +120,7 @@ def early_copies(kernels) -> None:
     end (the split's sum, the epilogue) on SMs that have room for both. Not for a chain that opens its stream
     in the step (logistic regression's: its stream's previous kernel is the previous step's update of its W).
     H100, the MLP's b1000 tf32 trainer (x @ W1 on a 5-stage tile, so that a chain block fits beside one):
-    25.63 -> 24.95 us a step (docs/compiler.md)."""
+    25.66 -> 25.10 us a step (docs/compiler.md)."""
     g = order_graph(kernels)
     last = {}   # stream: the index of its latest kernel so far
     for j, k in enumerate(kernels):
