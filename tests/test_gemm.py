@@ -236,7 +236,8 @@ def cases() -> list[H.Case]:
     # odd shapes (element copies),
     # overhangs, split-K with the epilogue (the cluster's sum, all threads) and on partials... its grid's
     # shapes: two consumer warpgroups, 6 stages, a static shape it divides, K past one step only; the MLP's
-    # batch-1000 x @ W1 from float rows (indexed or not); batches with gaps, A unaligned, K = 0, NaN operands
+    # batch-1000 x @ W1 from float rows (indexed or not; 4 and 5 stages); batches with gaps, A unaligned, K = 0,
+    # NaN operands
     for tb in (False, True):
         out += [
             C("float32", False, tb, "gc_tile<64, 128, 32, 64, 128, 6, 1, 0, 0, 0, 4>", 37, 53, 29, ep=True, tf32=True),
@@ -254,6 +255,9 @@ def cases() -> list[H.Case]:
         ]
         for index in (True, False):
             out.append(C("float32", False, tb, "gc_tile<64, 128, 32, 64, 128, 6, 4, 1000, 256, 784, 4>", 1000, 256,
+                         784, ep=True, tf32=True, rows="f32", index=index))
+            # (the H100 b1000 tf32 record's x @ W1: 5 stages, so that a chain block fits beside it)
+            out.append(C("float32", False, tb, "gc_tile<64, 64, 32, 64, 64, 6, 2, 1000, 256, 784, 5>", 1000, 256,
                          784, ep=True, tf32=True, rows="f32", index=index))
     out += [
         # batches with gaps and odd rows, A unaligned, K = 0, NaN operands (truncated to tf32, still NaN),
