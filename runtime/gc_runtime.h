@@ -201,12 +201,13 @@ static int gc_wait(int e) {
     GC_CUDA_TRY(cudaStreamWaitEvent(gc_current_stream, gc_event_table[e], 0));
     return GC_OK;
 }
+// the event gc_hook_mark records on stream s, which gc_hook_run's stream waits for
+static cudaEvent_t gc_hook_event(int s) { return gc_event_table[GC_MAX_EVENTS + 1 + GC_MAX_STREAMS + s]; }
 static int gc_hook_mark(const gc_step_hook* hook, unsigned mask) {
     if (!hook) return GC_OK;
     GC_TRY(gc_streams_ready());
     for (int s = 0; s < GC_MAX_STREAMS; s++)
-        if (mask >> s & 1) GC_CUDA_TRY(cudaEventRecord(gc_event_table[GC_MAX_EVENTS + 1 + GC_MAX_STREAMS + s],
-                                                       gc_stream_table[s]));
+        if (mask >> s & 1) GC_CUDA_TRY(cudaEventRecord(gc_hook_event(s), gc_stream_table[s]));
     return GC_OK;
 }
 static int gc_hook_run(const gc_step_hook* hook, unsigned mask) {
@@ -214,7 +215,7 @@ static int gc_hook_run(const gc_step_hook* hook, unsigned mask) {
     cudaStream_t side = gc_stream_table[GC_HOOK_STREAM];
     for (int s = 0; s < GC_MAX_STREAMS; s++)
         if (mask >> s & 1)
-            GC_CUDA_TRY(cudaStreamWaitEvent(side, gc_event_table[GC_MAX_EVENTS + 1 + GC_MAX_STREAMS + s], 0));
+            GC_CUDA_TRY(cudaStreamWaitEvent(side, gc_hook_event(s), 0));
     gc_current_stream = side;
     gc_hook_ran = true;
     return hook->fn(hook->ctx);   // (gc_join sends launches to stream 0 again)
