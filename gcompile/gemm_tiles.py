@@ -60,15 +60,15 @@ class Tile:
     #                   4: wgmma on tf32 parts (an fp32 tile, A transposed and B not only: gc_gemm_wg_kernel)
     #                   5: as 3, a short K slice staged whole (gc_gemm_sk_kernel: `stages` groups of bk k, all in
     #                      flight at once; a warp's TM x TN tile)
-    #                   6: as 2, warp-specialized (gc_gemm_ws_kernel: bm / 64 consumer warpgroups of 64 x bn and a
-    #                      producer warpgroup; bk 32; A not transposed only)
+    #                   6: as 2, warp-specialized (gc_gemm_ws_kernel: bm / 64 consumer warpgroups of 64 x bn and two
+    #                      producer warpgroups; bk 32; A not transposed only)
     stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
     kw: int = 1       # fp32 pipelined tiles: groups of threads sharing out each K step's k (KW of gc_tile)
 
     @property
     def threads(self) -> int:
         return ((self.bm // self.tm) * (self.bn // self.tn) * (128 if self.wgmma else 32 if self.tf32 else 1) * self.kw
-                + 128 * (self.tf32 == 6))   # (the producer warpgroup)
+                + 256 * (self.tf32 == 6))   # (the two producer warpgroups)
 
     @property
     def wgmma(self) -> bool:
@@ -201,7 +201,7 @@ TILES = {
              Tile(128, 64, 32, 128, 64, 2, stages=4), Tile(128, 128, 32, 64, 128, 2, stages=3),
              Tile(64, 128, 16, 64, 128, 2, stages=6), Tile(128, 64, 16, 128, 64, 2, stages=6),
              # warp-specialized wgmma (gc_gemm_ws_kernel, sm_90a, A not transposed): consumer warpgroups of 64 x
-             # bn, a producer warpgroup; not in the calibration: tuning tries them on the large GEMMs. 64 x 64 at
+             # bn, two producer warpgroups; not in the calibration: tuning tries them on the large GEMMs. 64 x 64 at
              # 5 stages too: 16 KB less shared memory a block than at 6, so that a block of the MLP's b1000 tf32
              # chain (~144 KB) fits beside one while it ends (streams.early_copies; docs/compiler.md)
              Tile(64, 128, 32, 64, 128, 6, stages=4), Tile(128, 64, 32, 64, 64, 6, stages=4),

@@ -25,7 +25,7 @@
 //             TF32 = 5: as 3 (tf32 parts, three mma a product, a warp's TM x TN), for a short K slice: the
 //             block stages BK x STAGES k of both operands at once (gc_gemm_sk_kernel in gc_gemm_sk.cuh).
 //             TF32 = 6: as 2 (tf32 wgmma), warp-specialized: BM / 64 consumer warpgroups of 64 x BN (TM 64,
-//             TN = BN: 64 or 128) and a producer warpgroup that copies, BK 32 into a 128-byte-swizzled layout,
+//             TN = BN: 64 or 128) and two producer warpgroups that copy, BK 32 into a 128-byte-swizzled layout,
 //             mbarriers between them (gc_gemm_ws_kernel in gc_gemm_ws.cuh; A not transposed only).
 //   SPLIT     > 1: K is split over a cluster of SPLIT blocks (sm_90) whose partial tiles are summed in
 //             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
@@ -44,7 +44,7 @@ struct gc_tile {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, TF32 = TF32_, SPLIT = SPLIT_;
     static constexpr int SM = SM_, SN = SN_, SK = SK_, STAGES = STAGES_, KW = KW_;
     static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 == 2 || TF32 == 4 || TF32 == 6 ? 128 : TF32 ? 32 : 1) * KW
-                                  + (TF32 == 6 ? 128 : 0);   // TF32 = 6: a producer warpgroup too
+                                  + (TF32 == 6 ? 256 : 0);   // TF32 = 6: two producer warpgroups too
 };
 
 // The epilogue that stores the sum unchanged.

@@ -4,14 +4,16 @@
 // the 128-byte-swizzled K-major layout (a K step is 32 k: each row of an operand's step is one 128-byte line,
 // its 16-byte chunks permuted by the row's place in its group of 8 rows, so that the tensor cores read 8 rows'
 // chunks from 8 distinct bank groups). The block is BM / 64 consumer warpgroups (64 rows of C each, the tile's
-// whole width) and one producer warpgroup that only copies:
-//   * A's step by cp.async, 16-byte chunks straight into the swizzled layout; the copies signal the step's
-//     mbarrier when they land (cp.async.mbarrier.arrive.noinc);
+// whole width) and two producer warpgroups that only copy (PT = 256 threads):
+//   * A's step by cp.async, 16-byte chunks straight into the swizzled layout, its rows shared out over both
+//     producer warpgroups (one warpgroup alone issued a step of the MLP's b1000 x @ W1 about every 500
+//     cycles); the copies signal the step's mbarrier when they land (cp.async.mbarrier.arrive.noinc);
 //   * B's with TB (k contiguous too) by the TMA unit where a tensor map can describe it (gc_ws_tensor_map:
 //     batch 1, B 16-byte aligned, rows a multiple of 16 bytes): one bulk copy a step by one producer thread into
 //     the same layout (the unit's 128-byte swizzle), counted on the step's mbarrier by its bytes; else by
-//     cp.async as A;
-//   * B without TB (W stored k x n: n contiguous, which tf32 wgmma cannot read) warp by warp: warp w copies
+//     cp.async as A, by the first producer warpgroup;
+//   * B without TB (W stored k x n: n contiguous, which tf32 wgmma cannot read) by the first producer
+//     warpgroup, warp by warp: warp w copies
 //     its BN / 4 columns of the step as they lie into a staging slot of its own (cp.async, P slots deep), and
 //     once they landed (its own wait, no barrier with the other warps) lane l reads row k = l and stores its
 //     values transposed into the layout (8 columns' stores of a lane on 8 distinct banks), then the fence that
@@ -106,9 +108,10 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
     constexpr int CW = BM / 64, THREADS = Tile::THREADS, P = SM::P, WN = SM::WN, LDW = SM::LDW;
     static_assert(Tile::TF32 == 6 && sizeof(T) == 4 && !TA, "gc_gemm: warp-specialized wgmma tiles are float, A "
                   "not transposed");
+    constexpr int PT = 256;   // the producer warpgroups' threads
     static_assert(BK == 32 && Tile::TM == 64 && Tile::TN == BN && (BN == 64 || BN == 128) && BM % 64 == 0 &&
-                  THREADS == (CW + 1) * 128 && ST >= 2, "gc_gemm: a warp-specialized wgmma tile is BM / 64 "
-                  "warpgroups of 64 x BN (64 or 128), BK 32, and a producer warpgroup");
+                  THREADS == CW * 128 + PT && ST >= 2, "gc_gemm: a warp-specialized wgmma tile is BM / 64 "
+                  "warpgroups of 64 x BN (64 or 128), BK 32, and two producer warpgroups");
     gc_wg_begin<Tile, SM::bytes, RA>();
 #if GC_WGMMA
     extern __shared__ __align__(16) unsigned char gc_dynamic_smem[];
@@ -126,8 +129,9 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
     if constexpr (RA) g.load_rows(rows_at, p.rows);   // (on their way while thread 0 sets the mbarriers)
     if (threadIdx.x == 0) {
         for (int s = 0; s < ST; s++) {
-            // the producer's copies (+ its warps' transposed stores, or the TMA copy's expecting arrival)
-            gc_mbar_init(full + s, TB ? 128 + TMA : 128 + 4);
+            // the producers' copies (+ the first one's warps' transposed stores, or the TMA copy's expecting
+            // arrival)
+            gc_mbar_init(full + s, TB ? PT + TMA : PT + 4);
             gc_mbar_init(empty + s, CW * 4);              // a lane of each consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -143,23 +147,24 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
     float acc[BN / 2];
     const int warp = threadIdx.x % 128 / 32, gid = threadIdx.x % 32 / 4, tig = threadIdx.x % 4;
     auto for_runs = [&](auto&& f) {
-        if (wg == CW) return;   // the producer has none
+        if (wg >= CW) return;   // the producers have none
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
             for (int h = 0; h < 2; h++) f(64 * wg + 16 * warp + gid + 8 * h, 8 * j + 2 * tig, &acc[4 * j + 2 * h]);
     };
 
-    if (wg == CW) {   // ---- the producer warpgroup ----
-        const int t = threadIdx.x % 128, ch = t % 8, lane = t % 32;
+    if (wg >= CW) {   // ---- the producer warpgroups ----
+        const int t = threadIdx.x - CW * 128, ch = t % 8, lane = t % 32;
+        const bool first = t < 128;   // the first producer warpgroup: B's copies too
         const int k_left = g.k_end - g.k_begin;   // the split's k
         const bool va = RA ? g.K % 4 == 0 && (uintptr_t)p.rows.source % 16 == 0 : g.va;
-        // A's lines: thread t copies chunk ch of rows t / 8 + 16 i (the same chunk place in each, as the
-        // swizzle depends on the row's place in its 8: rows 16 apart share it)
-        const T* arow[BM / 16];
+        // A's lines: thread t copies chunk ch of rows t / 8 + 32 i (the same chunk place in each, as the
+        // swizzle depends on the row's place in its 8: rows 32 apart share it)
+        const T* arow[BM / 32];
 #pragma unroll
-        for (int i = 0; i < BM / 16; i++) {
-            const int r = t / 8 + 16 * i;
+        for (int i = 0; i < BM / 32; i++) {
+            const int r = t / 8 + 32 * i;
             const bool in = EM || g.m0 + r < g.M;
             arow[i] = !in ? nullptr
                     : RA ? (const T*)p.rows.source + (long long)ridx[r] * g.K + g.k_begin
@@ -169,11 +174,11 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
         if constexpr (TB && !TMA) {
 #pragma unroll
             for (int i = 0; i < BN / 16; i++) {
-                const int r = t / 8 + 16 * i;
+                const int r = t % 128 / 8 + 16 * i;
                 brow[i] = (EN || g.n0 + r < g.N) ? B + (long long)(g.n0 + r) * g.K + g.k_begin : nullptr;
             }
         }
-        const int at = gc_ws_layout::chunk(t / 8, ch);   // (rows t / 8 + 16 i: + 2048 i)
+        const int at = gc_ws_layout::chunk(t / 8, ch);   // (rows t / 8 + 32 i: + 4096 i; B's t / 8 + 16 i: + 2048 i)
         // one line's chunk: 16 bytes where the rows allow vectors, else its 4 elements one by one
         auto line = [&](char* dst, const T* row, int k, bool vec) {
             if (vec) {
@@ -191,7 +196,7 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
         for (int i = 0; i < kt_all + (TB ? 0 : P - 1); i++) {
             if constexpr (!TB) {   // step q = i - (P - 1): its staged columns, transposed into its buffer
                 const int q = i - (P - 1);
-                if (q >= 0) {
+                if (first && q >= 0) {
                     gc_cp_wait<P - 2>();   // (a group a step: this thread's copies of step q have landed)
                     __syncwarp();
                     const float* rs = reinterpret_cast<const float*>(raw + q % P * SM::SLOT);
@@ -215,15 +220,17 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
                 if (i >= ST) gc_mbar_wait(empty + s, (i / ST - 1) & 1);
                 char* as = smem + s * SM::STEP;
 #pragma unroll
-                for (int r = 0; r < BM / 16; r++) line(as + at + 2048 * r, arow[r], k, va);
+                for (int r = 0; r < BM / 32; r++) line(as + at + 4096 * r, arow[r], k, va);
                 if constexpr (TMA) {
                     if (t == 0) gc_ws_tma_b(as + BM * 128, tmap_b, g.k_begin + i * BK, g.n0, full + s, BN * 128);
                 } else if constexpr (TB) {
+                    if (first) {
 #pragma unroll
-                    for (int r = 0; r < BN / 16; r++) line(as + BM * 128 + at + 2048 * r, brow[r], k, g.vb);
+                        for (int r = 0; r < BN / 16; r++) line(as + BM * 128 + at + 2048 * r, brow[r], k, g.vb);
+                    }
                 }
                 gc_mbar_copies_arrive(full + s);
-                if constexpr (!TB) {
+                if (!TB && first) {
                     char* rs = raw + i % P * SM::SLOT;
 #pragma unroll
                     for (int c = 0; c < RAWC; c++) {

@@ -32,7 +32,7 @@ RUNTIME_KERNELS = {
              ("gc_gemm_tc.cuh", "GEMM: tf32 tensor cores fed by a cp.async pipeline"),
              ("gc_gemm_wgmma.cuh", "GEMM: tf32 wgmma (Hopper) tensor cores fed by a cp.async pipeline"),
              ("gc_gemm_sk.cuh", "GEMM: fp32 on tensor cores (tf32 parts) for a short K slice staged whole"),
-             ("gc_gemm_ws.cuh", "GEMM: tf32 wgmma, warp-specialized (a producer warpgroup copies, mbarriers)"),
+             ("gc_gemm_ws.cuh", "GEMM: tf32 wgmma, warp-specialized (producer warpgroups copy, mbarriers)"),
              ("gc_kernels_cuda.cuh", "generic CUDA kernels: fixed-order reductions for fused kernels, batch gather")],
     "cpu": [("gc_gemm.h", "the GEMM's tile type and plain-store epilogue"),
             ("gc_kernels_cpu.h", "generic kernels as OpenMP loops: GEMM with epilogues, batch gather")],
