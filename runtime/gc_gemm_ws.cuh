@@ -6,8 +6,9 @@
 // chunks from 8 distinct bank groups). The block is BM / 64 consumer warpgroups (64 rows of C each, the tile's
 // whole width) and two producer warpgroups that only copy (PT = 256 threads):
 //   * A's step by cp.async, 16-byte chunks straight into the swizzled layout, its rows shared out over both
-//     producer warpgroups (one warpgroup alone issued a step of the MLP's b1000 x @ W1 about every 500
-//     cycles); the copies signal the step's mbarrier when they land (cp.async.mbarrier.arrive.noinc);
+//     producer warpgroups (the MLP's b1000 x @ W1: the first steps issued ~400 cycles apart instead of ~500
+//     with one; the consumers still receive a step about every 500: docs/compiler.md); the copies signal the
+//     step's mbarrier when they land (cp.async.mbarrier.arrive.noinc);
 //   * B's with TB (k contiguous too) by the TMA unit where a tensor map can describe it (gc_ws_tensor_map:
 //     batch 1, B 16-byte aligned, rows a multiple of 16 bytes): one bulk copy a step by one producer thread into
 //     the same layout (the unit's 128-byte swizzle), counted on the step's mbarrier by its bytes; else by
