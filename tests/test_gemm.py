@@ -497,6 +497,24 @@ def test_sweep_calibrates_on_the_gemms_as_the_step_runs_them():
     assert best == {100: (TILES["fp32"][3].name, 4.5), 300: (TILES["fp32"][3].name, 8.0)}
 
 
+def test_tile_threads_match_the_runtime(tmp_path):
+    """Tile.threads (the catalogue's block size, which the occupancy estimate uses) is gc_tile's THREADS, the
+    block the kernels are launched with, for every catalogue tile (a host compile of static_asserts: the
+    warp-specialized tiles' producer warpgroups are counted on both sides)."""
+    compiler, flags, _ = compile_flags("cpu", None)
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is not installed")
+    tiles = [t for ts in TILES.values() for t in ts] + [LARGE_TILE, TC_LARGE_TILE]
+    lines = ['#include "gc_runtime.h"', '#include "gc_gemm.h"']
+    lines += [f'static_assert({t.c_type(1, 64, 64, 64)}::THREADS == {t.threads}, "{t.name}");' for t in tiles]
+    src = tmp_path / "threads.cpp"
+    src.write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([compiler, *flags, "-fsyntax-only", "-I", str(package_dir("runtime")), str(src)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any(t.tf32 == 6 for t in tiles)
+
+
 def test_every_tile_compiles_with_nvcc(tmp_path):
     """Compile-only: each catalogue tile, in all four transpose cases and with each split it supports, for a
     static shape that no tile divides (all bounds checks present), spills at most 16 bytes of registers
