@@ -231,21 +231,23 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
                     }
                 }
                 gc_mbar_copies_arrive(full + s);
-                if (!TB && first) {
-                    char* rs = raw + i % P * SM::SLOT;
+                if constexpr (!TB) {   // (the first producer warpgroup stages B's columns)
+                    if (first) {
+                        char* rs = raw + i % P * SM::SLOT;
 #pragma unroll
-                    for (int c = 0; c < RAWC; c++) {
-                        const int qc = lane + 32 * c, row = qc / CPR, col = qc % CPR * 4, kr = i * BK + row;
-                        const T* src = bcol + (long long)kr * g.N + col;
-                        const bool live_k = kr < k_left;
-                        if (g.vb) {
-                            gc_cp_async<16>(rs + (row * LDW + col) * 4, live_k ? src : p.B,
-                                            live_k && (EN || g.n0 + warp * WN + col < g.N));
-                        } else {
+                        for (int c = 0; c < RAWC; c++) {
+                            const int qc = lane + 32 * c, row = qc / CPR, col = qc % CPR * 4, kr = i * BK + row;
+                            const T* src = bcol + (long long)kr * g.N + col;
+                            const bool live_k = kr < k_left;
+                            if (g.vb) {
+                                gc_cp_async<16>(rs + (row * LDW + col) * 4, live_k ? src : p.B,
+                                                live_k && (EN || g.n0 + warp * WN + col < g.N));
+                            } else {
 #pragma unroll
-                            for (int e = 0; e < 4; e++) {
-                                const bool live = live_k && (EN || g.n0 + warp * WN + col + e < g.N);
-                                gc_cp_async<4>(rs + (row * LDW + col + e) * 4, live ? src + e : p.B, live);
+                                for (int e = 0; e < 4; e++) {
+                                    const bool live = live_k && (EN || g.n0 + warp * WN + col + e < g.N);
+                                    gc_cp_async<4>(rs + (row * LDW + col + e) * 4, live ? src + e : p.B, live);
+                                }
                             }
                         }
                     }
