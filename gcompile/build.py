@@ -14,13 +14,14 @@ import shlex
 import shutil
 import subprocess
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .checkpoint import Checkpoint, write_checkpoint
-from .errors import BuildError
+from .errors import BuildError, PerformanceWarning
 from .resources import package_dir
 
 DEFAULT_CUDA_ARCH = "sm_90,compute_90"  # without a GPU to ask: sm_90 machine code plus PTX
@@ -196,8 +197,9 @@ def write_if_changed(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def run(commands: list[list[str]], source: Path) -> None:
-    """Run independent compiler commands side by side; the first failure raises BuildError."""
+def run(commands: list[list[str]], source: Path) -> str:
+    """Run independent compiler commands side by side; the first failure raises BuildError. Returns what they
+    printed (stderr, then stdout, command by command) when all succeed."""
     procs = [(cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
              for cmd in commands]
     results = [(cmd, proc, *proc.communicate()) for cmd, proc in procs]
@@ -205,6 +207,42 @@ def run(commands: list[list[str]], source: Path) -> None:
         if proc.returncode != 0:
             raise BuildError(f"compiling {source.name} failed (exit {proc.returncode})", command=cmd,
                              stderr=err + out, source_path=str(source))
+    return "".join(err + out for _, _, out, err in results)
+
+
+# ptxas's note that it gave up pipelining a kernel's wgmma (C7510): each wgmma then waits for the one before,
+# and the GEMM runs several times slower with the same results — silently, since a build that succeeds shows
+# nothing. Any call inside the kernel does it (a printf left in for timing: "wgmma pipeline crossing function
+# boundary at a function call"), as do accumulators written between a wgmma and its wait. docs/compiler.md,
+# "A build reports serialized wgmma".
+_SERIALIZED = re.compile(r"\(C7510\)[^\n]*?wgmma\.mma_async instructions are serialized due to (?P<reason>[^\n]*?) "
+                         r"in the function '(?P<kernel>[^'\n]+)'")
+
+
+def serialized_wgmma(output: str) -> list[dict]:
+    """The kernels whose wgmma ptxas serialized, from a compile's output (its C7510 notes), once each in the order
+    reported: {"kernel": the name (demangled where c++filt is at hand), "symbol": as ptxas gave it, "reason"}."""
+    found: dict[str, str] = {}
+    for m in _SERIALIZED.finditer(output):
+        found.setdefault(m["kernel"], m["reason"])
+    symbols = list(found)
+    names = symbols
+    if symbols and shutil.which("c++filt"):
+        try:
+            out = subprocess.run(["c++filt"], input="\n".join(symbols), capture_output=True, text=True, timeout=60)
+            if out.returncode == 0 and len(out.stdout.splitlines()) == len(symbols):
+                names = out.stdout.splitlines()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return [{"kernel": n, "symbol": s, "reason": found[s]} for n, s in zip(names, symbols)]
+
+
+def warn_serialized(source: Path, serialized: list[dict]) -> None:
+    for entry in serialized:
+        warnings.warn(f"{source.name}: ptxas serialized the wgmma of kernel {entry['kernel']} "
+                      f"({entry['reason']}): each waits for the one before, so this GEMM runs several times slower "
+                      f"than it should (same results); the manifest lists it under wgmma_serialized",
+                      PerformanceWarning, stacklevel=3)
 
 
 def initial_checkpoint(module) -> Checkpoint:
@@ -232,6 +270,14 @@ def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
     return artifact
 
 
+def previous_serialized(manifest: Path) -> list[dict]:
+    """A cache hit's serialized wgmma, as its build found them (the manifest it wrote then)."""
+    try:
+        return list(json.loads(manifest.read_text()).get("wgmma_serialized", []))
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
 def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", program_key: str = "",
           sanitize: bool = False) -> Artifact:
     start = time.perf_counter()
@@ -255,11 +301,14 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     key = hashlib.sha256("\0".join([compiled.source, *settings]).encode()).hexdigest()
     key_file = out / f".{module.name}.build-key"
     cached = key_file.exists() and key_file.read_text() == key and binary.exists() and library.exists()
+    serialized = previous_serialized(Path(out / f"{module.name}.json")) if cached else []
     if not cached:
         key_file.unlink(missing_ok=True)
         program_key_file(out, module.name).unlink(missing_ok=True)
         stub = package_dir("runtime") / "gc_main_stub.cpp"
-        run([[*part, "-c", str(source), "-o", str(obj)] for part, obj in zip(parts, objects)], source)
+        serialized = serialized_wgmma(run([[*part, "-c", str(source), "-o", str(obj)]
+                                           for part, obj in zip(parts, objects)], source))
+        warn_serialized(source, serialized)
         run([[compiler, *link_flags, "-shared", *map(str, objects), "-o", str(library)],
              [compiler, *link_flags, *map(str, objects), str(stub), "-o", str(binary)]], source)
         for obj in objects:
@@ -273,7 +322,8 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
                     kernel_parts=len(parts) - 1 if len(parts) > 1 else None, sanitize=sanitize,
                     arena_bytes=compiled.plan.arena_bytes,
                     batch_rows=any(b.rows for b in compiled.plan.buffers),
-                    lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes)
+                    lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes,
+                    wgmma_serialized=serialized)
     write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
     if program_key:
         program_key_file(out, module.name).write_text(program_key)

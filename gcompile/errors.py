@@ -38,3 +38,8 @@ class RuntimeFailure(GCompileError):
 
 class PlanError(GCompileError):
     """A memory plan is unsafe: two buffers overlap while both are live, or a buffer is misplaced."""
+
+
+class PerformanceWarning(UserWarning):
+    """A build succeeded, but the compiler reported a slow path in gcompile's generated code (build.py:
+    ptxas serialized a kernel's wgmma). The program runs and gives the same results, only slower."""

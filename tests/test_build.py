@@ -13,6 +13,7 @@ from gcompile import build
 from gcompile.checkpoint import read_checkpoint
 from gcompile.passes.emit import PART0_COST, gemm_cost, part_units
 from gcompile.pipeline import compile_program
+from conftest import load_bench
 from graphs import mlp_program
 
 
@@ -137,3 +138,95 @@ def test_cuda_build_compiles_parts_that_export_only_the_abi(tmp_path, monkeypatc
     whole = subprocess.run([compiler, *flags, "-c", artifact.source, "-o", str(tmp_path / "whole.o")],
                            capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr[-4000:]
+
+
+# ptxas's C7510 note, as nvcc 13 prints it for a kernel with a call between a wgmma and its wait
+C7510 = ("ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+         "wgmma pipeline crossing function boundary at a function call in the function '_Z20serialized_by_printfPfmm'\n")
+
+
+def test_serialized_wgmma_reads_ptxas_notes():
+    other = ("ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+             "insufficient register resources for the wgmma pipeline in the function '_Z1kv'\n")
+    found = build.serialized_wgmma("ptxas info    : 0 bytes gmem\n" + C7510 + other + C7510)
+    assert [f["symbol"] for f in found] == ["_Z20serialized_by_printfPfmm", "_Z1kv"]   # once each, in order
+    assert found[0]["reason"] == "wgmma pipeline crossing function boundary at a function call"
+    assert found[1]["reason"] == "insufficient register resources for the wgmma pipeline"
+    if shutil.which("c++filt"):
+        assert found[0]["kernel"] == "serialized_by_printf(float*, unsigned long, unsigned long)"
+    assert build.serialized_wgmma("ptxas info    : Used 40 registers\n") == []
+
+
+WGMMA_KERNELS = r"""
+#include <cstdio>
+#include <cstdint>
+// a wgmma with a printf before its wait: ptxas serializes it (C7510); the same wgmma pipelined beside it
+__global__ void serialized_by_printf(float* out, uint64_t a, uint64_t b) {
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0, %1, %2, %3}, %4, %5, 1, 1, 1;"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(a), "l"(b));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    if (threadIdx.x == 0) printf("in flight\n");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    out[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+}
+__global__ void pipelined(float* out, uint64_t a, uint64_t b) {
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    for (int k = 0; k < 4; k++)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0, %1, %2, %3}, %4, %5, 1, 1, 1;"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(a + 2 * k), "l"(b + 2 * k));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    out[threadIdx.x] = d[0] + d[1] + d[2] + d[3];
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc is not installed")
+def test_a_real_ptxas_note_names_the_serialized_kernel_only(tmp_path):
+    """The note's wording is ptxas's, not ours: read from a real compile, only the kernel with the call."""
+    src = tmp_path / "k.cu"
+    src.write_text(WGMMA_KERNELS)
+    compiler, flags, _ = build.compile_flags("cuda", "sm_90a")
+    out = build.run([[compiler, *flags, "-c", str(src), "-o", str(tmp_path / "k.o")]], src)
+    assert [f["symbol"] for f in build.serialized_wgmma(out)] == ["_Z20serialized_by_printfPfmm"]
+
+
+def test_a_build_warns_of_serialized_wgmma_and_records_it(tmp_path, monkeypatch):
+    """A serialized kernel is a silent slowdown: the build warns (PerformanceWarning) and writes it into the
+    manifest, which a later build from the same source and commands (no compile) keeps."""
+    compiled = compile_program(tiny_program(), "cpu", "tiny")
+    real = build.run
+    monkeypatch.setattr(build, "run", lambda commands, source: real(commands, source) + C7510)
+    with pytest.warns(gc.errors.PerformanceWarning, match=r"serialized the wgmma of kernel .*serialized_by_printf"):
+        first = build.build(compiled, tmp_path / "a")
+    entry = json.loads(open(first.manifest).read())["wgmma_serialized"]
+    assert [e["symbol"] for e in entry] == ["_Z20serialized_by_printfPfmm"]
+    monkeypatch.undo()
+    again = build.build(compiled, tmp_path / "a")
+    assert again.cached and json.loads(open(again.manifest).read())["wgmma_serialized"] == entry
+    fresh = build.build(compiled, tmp_path / "b")
+    assert not fresh.cached and json.loads(open(fresh.manifest).read())["wgmma_serialized"] == []
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc is not installed")
+def test_the_benchmark_programs_wgmma_are_pipelined(tmp_path):
+    """The tuned MNIST programs make bench runs that have wgmma tiles, built for sm_90a: ptxas pipelines every
+    wgmma of their GEMMs (serialized, x @ W1's 4 wgmma a K step took ~340 cycles instead of ~140, H100:
+    docs/compiler.md, "A build reports serialized wgmma")."""
+    load_bench()
+    from bench.tasks import LR, load_example, make_program
+    from bench.tune import CONFIGS, record_path
+    built = 0
+    for model, batch, precision in CONFIGS:
+        path = record_path(model, batch, precision, "NVIDIA H100 80GB HBM3")
+        if not path.is_file() or "wgmma" not in path.read_text():
+            continue
+        name = f"{model}_b{batch}_{precision}"
+        artifact = gc.compile(make_program(load_example(model), batch, LR), target="cuda", arch="sm_90a",
+                              precision=precision, tuning=path, out_dir=tmp_path / name, name=model)
+        assert json.loads(open(artifact.manifest).read())["wgmma_serialized"] == [], name
+        built += 1
+    assert built >= 2   # b1000 tf32 (x @ W1, dW1) and b1000 fp32 (dW1's three-part wgmma)
