@@ -238,6 +238,7 @@ def serialized_wgmma(output: str) -> list[dict]:
 
 
 def warn_serialized(source: Path, serialized: list[dict]) -> None:
+    """A PerformanceWarning for each kernel serialized_wgmma found, naming it and ptxas's reason."""
     for entry in serialized:
         warnings.warn(f"{source.name}: ptxas serialized the wgmma of kernel {entry['kernel']} "
                       f"({entry['reason']}): each waits for the one before, so this GEMM runs several times slower "
@@ -301,7 +302,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     key = hashlib.sha256("\0".join([compiled.source, *settings]).encode()).hexdigest()
     key_file = out / f".{module.name}.build-key"
     cached = key_file.exists() and key_file.read_text() == key and binary.exists() and library.exists()
-    serialized = previous_serialized(Path(out / f"{module.name}.json")) if cached else []
+    serialized = previous_serialized(out / f"{module.name}.json") if cached else []
     if not cached:
         key_file.unlink(missing_ok=True)
         program_key_file(out, module.name).unlink(missing_ok=True)
