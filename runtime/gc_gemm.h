@@ -43,8 +43,9 @@ template <int BM_, int BN_, int BK_, int TM_, int TN_, int TF32_, int SPLIT_ = 1
 struct gc_tile {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, TF32 = TF32_, SPLIT = SPLIT_;
     static constexpr int SM = SM_, SN = SN_, SK = SK_, STAGES = STAGES_, KW = KW_;
+    static constexpr int PRODUCERS = TF32 == 6 ? 256 : 0;   // TF32 = 6: two producer warpgroups' threads too
     static constexpr int THREADS = (BM / TM) * (BN / TN) * (TF32 == 2 || TF32 == 4 || TF32 == 6 ? 128 : TF32 ? 32 : 1) * KW
-                                  + (TF32 == 6 ? 256 : 0);   // TF32 = 6: two producer warpgroups too
+                                  + PRODUCERS;
 };
 
 // The epilogue that stores the sum unchanged.

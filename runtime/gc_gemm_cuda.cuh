@@ -174,23 +174,28 @@ __device__ __forceinline__ void gc_mbar_copies_arrive(void* bar) {
 #endif
 }
 
-// Thread-block clusters (sm_90) in PTX: the cluster barrier (release / acquire: shared-memory writes before
-// it are seen by every block of the cluster after it; arrive and wait may be apart; the release is a
-// MEMBAR.ALL.GPU a thread, so an arrive that publishes nothing is relaxed), this block's rank, and the address
+// Thread-block clusters (sm_90) in PTX: the cluster barrier (arrive, then wait with acquire; arrive and wait
+// may be apart; an arrive that publishes nothing is relaxed, one that publishes is preceded by one thread's
+// fence: gc_cluster_arrive_published), this block's rank, and the address
 // of a shared variable in another block of the cluster (a generic pointer that plain loads read; or its
 // shared::cluster address, st.async's and remote mbarriers' operand).
-__device__ __forceinline__ void gc_cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
 __device__ __forceinline__ void gc_cluster_arrive_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void gc_cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void gc_cluster_sync() {
-    gc_cluster_arrive();
-    gc_cluster_wait();
+// The arrive that publishes the block's writes made before it, with one thread's fence: the block's threads
+// meet at the CTA barrier (their writes reach thread 0's fence through it, cumulatively), thread 0 fences at
+// cluster scope, and the relaxed arrive after the fence is the release (PTX: a release fence, then a strong
+// write; fence.mbarrier_init and a relaxed arrive publish an mbarrier's init the same way). Where every thread
+// arrived with .release (a MEMBAR.ALL.GPU each), the MLP's b1000 dW1 spent ~1,930 cycles in the barrier, here
+// ~1,670 (clock64 stamps; H100, its tf32 trainer 24.99 -> 24.74 us, 6 interleaved rounds, checkpoints
+// identical). Without the fence the partial tiles read after the wait were stale (the checkpoints differed).
+__device__ __forceinline__ void gc_cluster_arrive_published() {
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    gc_cluster_arrive_relaxed();
 }
 __device__ __forceinline__ unsigned gc_cluster_rank() {
     unsigned r;
@@ -563,7 +568,8 @@ template <int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, clas
           class Packs = gc_split_packs<Ep, BM, BN, S, THREADS, false>>
 __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep, int b, int m0, int n0, int M,
                                                      int N, T* C, bool vc, const Packs& packs = Packs()) {
-    gc_cluster_sync();
+    gc_cluster_arrive_published();   // this block's partial tile, for the others' reads
+    gc_cluster_wait();
     typedef gc_split_runs<BM, BN, S, THREADS> Runs;
     const int rank = (int)gc_cluster_rank();
     const Runs run_at{rank};
@@ -590,8 +596,8 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
 // st.async of its runs took ~1200 cycles to go out (clock64 stamps, the MLP's b1000 x @ W1; its trainer step
 // 27.32 -> 27.10 us, 5 interleaved rounds, H100). The caller's bytes at `inbox`: 2 BM (BN + 8) of T.
 // No block reads another's shared memory, so none meets the others again before it leaves and no thread fences
-// its writes for them, where gc_gemm_split_reduce publishes its partial tile (a release: a MEMBAR.ALL.GPU a
-// thread) and meets the cluster at a second barrier (a sixth of the stall samples of the MLP's b1000 x @ W1,
+// its writes for them, where gc_gemm_split_reduce publishes its partial tile (a release: one thread's fence
+// after a CTA barrier) and meets the cluster at a second barrier (a sixth of the stall samples of the MLP's b1000 x @ W1,
 // H100 ncu). The same sums in the same order: the same bits. Measured for every split kernel, or for the
 // wgmma ones too, and not kept: docs/compiler.md.
 template <int RUN, int BM, int BN, int S, int THREADS, bool CM, bool CN, typename T, class Ep, class ForRuns,

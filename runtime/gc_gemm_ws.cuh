@@ -109,7 +109,7 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
     constexpr int CW = BM / 64, THREADS = Tile::THREADS, P = SM::P, WN = SM::WN, LDW = SM::LDW;
     static_assert(Tile::TF32 == 6 && sizeof(T) == 4 && !TA, "gc_gemm: warp-specialized wgmma tiles are float, A "
                   "not transposed");
-    constexpr int PT = 256;   // the producer warpgroups' threads
+    constexpr int PT = Tile::PRODUCERS;   // the producer warpgroups' threads
     static_assert(BK == 32 && Tile::TM == 64 && Tile::TN == BN && (BN == 64 || BN == 128) && BM % 64 == 0 &&
                   THREADS == CW * 128 + PT && ST >= 2, "gc_gemm: a warp-specialized wgmma tile is BM / 64 "
                   "warpgroups of 64 x BN (64 or 128), BK 32, and two producer warpgroups");
