@@ -255,28 +255,30 @@ def program_key_file(out: Path, name: str) -> Path:
     return out / f".{name}.program-key"
 
 
+def read_build_manifest(path: Path) -> dict:
+    """A build's manifest as it wrote it, or {} where there is none to read (missing, unreadable, not JSON)."""
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
 def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
     """The artifact already in out_dir when it was built from a program with this fingerprint."""
     out = Path(out_dir).resolve()
-    key_file = program_key_file(out, name)
     try:
-        if key_file.read_text() != program_key:
+        if program_key_file(out, name).read_text() != program_key:
             return None
-        recorded = json.loads((out / f"{name}.json").read_text())["artifact"]
-    except (OSError, ValueError, KeyError):
+    except OSError:
+        return None
+    recorded = read_build_manifest(out / f"{name}.json").get("artifact")
+    if recorded is None:
         return None
     artifact = Artifact(**dict(recorded, cached=True, seconds=0.0))
     if not all(Path(p).exists() for p in (artifact.binary, artifact.library, artifact.init, artifact.source)):
         return None
     return artifact
-
-
-def previous_serialized(manifest: Path) -> list[dict]:
-    """A cache hit's serialized wgmma, as its build found them (the manifest it wrote then)."""
-    try:
-        return list(json.loads(manifest.read_text()).get("wgmma_serialized", []))
-    except (OSError, ValueError, AttributeError):
-        return []
 
 
 def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", program_key: str = "",
@@ -302,8 +304,9 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     key = hashlib.sha256("\0".join([compiled.source, *settings]).encode()).hexdigest()
     key_file = out / f".{module.name}.build-key"
     cached = key_file.exists() and key_file.read_text() == key and binary.exists() and library.exists()
-    serialized = previous_serialized(out / f"{module.name}.json") if cached else []
-    if not cached:
+    if cached:   # the serialized wgmma its build found (the manifest it wrote then)
+        serialized = list(read_build_manifest(out / f"{module.name}.json").get("wgmma_serialized", []))
+    else:
         key_file.unlink(missing_ok=True)
         program_key_file(out, module.name).unlink(missing_ok=True)
         stub = package_dir("runtime") / "gc_main_stub.cpp"
