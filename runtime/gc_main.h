@@ -272,6 +272,7 @@ typedef struct {
     gc_model* m;
     gc_split train, valid;     // valid: the split evaluated (valid when training, --split for eval)
     double scale;
+    int exact;                 // uint8 images times `scale` are tf32 values (gc_scale_keeps_tf32; set once)
     int shuffle;
     uint64_t seed;
     int64_t steps;             // training steps per epoch (an incomplete last batch is left out)
@@ -292,7 +293,7 @@ static float* gc_values_half(unsigned char* A, int64_t half) {
     return (float*)(A + GC_X_OFFSET) + (half % 2) * (int64_t)GC_BATCH * GC_ROW;
 }
 // Whether every uint8 value k times `scale` (gc_pixel) is a tf32 value (its low 13 bits zero): then the gathered
-// floats are exact tf32 operands (gc_rows.exact).
+// floats are exact tf32 operands (gc_rows.exact). Asked once, when the trainer starts (gc_loop.exact).
 static int gc_scale_keeps_tf32(double scale) {
     for (unsigned k = 0; k < 256; k++) {
         const float v = gc_pixel(k, (float)scale);
@@ -302,10 +303,9 @@ static int gc_scale_keeps_tf32(double scale) {
     }
     return 1;
 }
-static void gc_batch_from(const gc_split* s, double scale, unsigned char* A, int64_t half) {
-    gc_rows in = {s->images_dev, gc_rows_half(A, half), (float)scale, s->images.dtype == GC_U8, 0};
-    gc_rows values = {gc_values_half(A, half), NULL, 1.0f, 0,
-                      s->images.dtype == GC_U8 && gc_scale_keeps_tf32(scale)};
+static void gc_batch_from(const gc_loop* L, const gc_split* s, unsigned char* A, int64_t half) {
+    gc_rows in = {s->images_dev, gc_rows_half(A, half), (float)L->scale, s->images.dtype == GC_U8, 0};
+    gc_rows values = {gc_values_half(A, half), NULL, 1.0f, 0, s->images.dtype == GC_U8 && L->exact};
     *gc_batch_input() = GC_X_GATHERED ? values : in;
 }
 // What a gather of that batch takes (gc_gather; a post kernel's own gather, gc_next_rows): the values go to
@@ -350,7 +350,7 @@ static int gc_enqueue_trainer_steps(void* loop, int64_t steps) {
     gc_loop* L = (gc_loop*)loop;
     unsigned char* A = L->m->arena;
     for (int64_t j = 0; j < steps; j++) {
-        if (GC_X_ROWS) gc_batch_from(&L->train, L->scale, A, j);
+        if (GC_X_ROWS) gc_batch_from(L, &L->train, A, j);
         if (!GC_NEXT_BATCH || j == 0)
             GC_TRY(gc_gather_batch(&L->train, L->cursor, j * GC_BATCH, GC_BATCH, L->scale, A, j ? L->loss_sums : NULL, j));
         gc_next_batch next = {L, j};
@@ -387,7 +387,7 @@ static int gc_enqueue_trainer_eval(void* loop, int64_t batches) {
     for (int64_t i = 0; i < batches; i++) {
         int64_t first = i * GC_BATCH;
         int count = (int)(L->valid.count - first < GC_BATCH ? L->valid.count - first : GC_BATCH);
-        if (GC_X_ROWS) gc_batch_from(&L->valid, L->scale, A, 0);
+        if (GC_X_ROWS) gc_batch_from(L, &L->valid, A, 0);
         GC_TRY(gc_gather_batch(&L->valid, NULL, first, count, L->scale, A, NULL));
         GC_TRY(gc_run_eval(A, NULL));
         GC_TRY(gc_count_correct((const float*)(A + GC_LOGITS_OFFSET), (const int32_t*)(A + GC_Y_OFFSET), count,
@@ -624,6 +624,7 @@ static int gc_trainer(const char* argv0, const gc_options* o) {
         L.correct = (int64_t*)(at + gc_align(sizeof(gc_cursor)));
         L.loss_sums = (double*)(at + gc_align(sizeof(gc_cursor)) + 64);
         L.scale = o->scale;
+        L.exact = gc_scale_keeps_tf32(o->scale);
         L.shuffle = (int)m->state.shuffle;   // the run's data order: --seed / --no-shuffle, or --resume's file
         L.seed = m->state.seed;
         L.steps = L.train.count / GC_BATCH;
