@@ -1,5 +1,6 @@
 """build: write the generated source, the initial parameters and the manifest, then compile the source
-to objects (cpu: one; cuda: its kernels parts and its host part side by side, see part_commands) and link them twice — a shared
+to objects (cpu: one; cuda: its kernels parts' device code, their launch parts and its host part side by side, see
+part_commands) and link them twice — a shared
 library (the C ABI, for gc.load) and a standalone binary (the training command line). Builds are cached by
 a hash of source + every command + compiler versions.
 """
@@ -119,7 +120,7 @@ def compile_flags(target: str, arch: str | None, cudart: str = "static",
         return "nvcc", ["-O1", "--split-compile", "0", "--threads", "0", "-std=c++17", *gencode,
                         "--default-stream", "per-thread", "-Xcompiler", "-fPIC,-fvisibility=hidden"], \
             [*gencode, f"-cudart={cudart}"]
-    compiler = os.environ.get("CXX", "c++")
+    compiler = host_compiler()
     if sanitize:
         checks = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
         return compiler, ["-O1", "-g", "-fno-omit-frame-pointer", *checks, "-std=c++17", "-fopenmp", "-fPIC",
@@ -150,22 +151,53 @@ def nvcc_includes(path: str) -> tuple[str, ...] | None:
 
 
 def part_commands(target: str, compiler: str, flags: list[str], kernel_parts: int = 1) -> list[list[str]]:
-    """compiler + flags of each object the source is compiled to; the compiles run side by side. cpu: one.
-    cuda: parts of the one source (runtime/gc_runtime.h): nvcc compiles each of the `kernel_parts` kernels
-    parts (GC_PART_KERNELS=p: part p's kernels and launchers; part 0 also the steps and the runtime's own
-    kernels; emit.py's assign_parts shares the kernels out) and the host C++ compiler, with the CUDA runtime's
-    headers, the host part (GC_PART_HOST: error messages, data, checkpoints, CUDA graphs, the C ABI, the
-    trainer). Inside one nvcc run every step waits for the one before (the host compile for cicc and ptxas,
-    which optimize one kernel after another's front end); separate runs overlap (docs/compiler.md, "Compile
-    time"). Where nvcc does not say where its headers are, nvcc compiles the whole source."""
+    """compiler + flags of each part the source is compiled to, up to the source and output paths; the compiles
+    run side by side. cpu: one object. cuda: parts of the one source (runtime/gc_runtime.h): nvcc compiles each
+    of the `kernel_parts` kernels parts twice, to device code only (--fatbin, GC_PART_KERNELS=p: part p's
+    kernels; part 0 also the runtime's own; emit.py's assign_parts shares the kernels out) and to an object
+    (GC_PART_LAUNCH=p: their launchers and host stubs, the kernels' bodies left out; part 0 also the steps, the
+    streams and gc_kernel_of, which finds a stub's kernel in the parts' device code); the host C++ compiler,
+    with the CUDA runtime's headers, compiles the host part (GC_PART_HOST: error messages, data, checkpoints,
+    CUDA graphs, the C ABI, the trainer). Inside one nvcc run every step waits for the one before (the host
+    compile for cicc and ptxas, which optimize one kernel after another's front end); separate runs overlap
+    (docs/compiler.md, "Compile time"). Where nvcc does not say where its headers are, nvcc compiles the whole
+    source."""
     includes = cuda_includes(compiler) if target == "cuda" else None
     if includes is None:
-        return [[compiler, *flags]]
+        return [[compiler, *flags, "-c"]]
     # nvcc's settings for its own host compile: -O1, C++17, position independent, hidden symbols, and the
     # macro that --default-stream per-thread defines (the runtime API's calls then use the per-thread stream)
-    host = [os.environ.get("CXX", "c++"), "-x", "c++", "-O1", "-std=c++17", "-fPIC", "-fvisibility=hidden",
-            "-DCUDA_API_PER_THREAD_DEFAULT_STREAM=1", *includes, "-DGC_PART_HOST"]
-    return [[compiler, *flags, f"-DGC_PART_KERNELS={p}"] for p in range(kernel_parts)] + [host]
+    host = [host_compiler(), "-x", "c++", "-O1", "-std=c++17", "-fPIC", "-fvisibility=hidden",
+            "-DCUDA_API_PER_THREAD_DEFAULT_STREAM=1", *includes, "-c", "-DGC_PART_HOST"]
+    return [[compiler, *flags, "--fatbin", f"-DGC_PART_KERNELS={p}"] for p in range(kernel_parts)] + \
+        [[compiler, *flags, "-c", f"-DGC_PART_LAUNCH={p}"] for p in range(kernel_parts)] + [host]
+
+
+def host_compiler() -> str:
+    """The host C++ compiler ($CXX, else c++): the cuda build's host part and its device code's embedding."""
+    return os.environ.get("CXX", "c++")
+
+
+def part_outputs(out: Path, name: str, parts: list[list[str]]) -> list[Path]:
+    """Where each part's compile writes: a kernels part's fatbin, or an object."""
+    return [out / (f"{name}.{i}.fatbin" if "--fatbin" in part else f"{name}.{i}.o") for i, part in enumerate(parts)]
+
+
+def embed_device_code(out: Path, name: str, fatbins: list[Path]) -> list[list[str]]:
+    """The kernels parts' device code into an object: an assembly file whose symbols gc_device_code_<p> hold
+    part p's fatbin (.incbin, in the .nv_fatbin section where cuobjdump looks), for the launch part's
+    gc_device_code. Returns the command that assembles it (one, or none without kernels parts)."""
+    if not fatbins:
+        return []
+    lines = ['.section .nv_fatbin, "a"']
+    for p, fatbin in enumerate(fatbins):
+        path = str(fatbin).replace("\\", "\\\\").replace('"', '\\"')
+        lines += [".balign 16", f".globl gc_device_code_{p}", f".hidden gc_device_code_{p}",
+                  f"gc_device_code_{p}:", f'.incbin "{path}"']
+    lines.append('.section .note.GNU-stack, "", %progbits')
+    source = out / f"{name}.device.s"
+    write_if_changed(source, ("\n".join(lines) + "\n").encode())
+    return [[host_compiler(), "-c", str(source), "-o", str(out / f"{name}.device.o")]]
 
 
 def build_command(parts: list[list[str]]) -> str:
@@ -299,7 +331,9 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     init = out / module.init_file
     write_checkpoint(init, initial_checkpoint(module))
     binary, library = out / module.name, out / f"lib{module.name}.so"
-    objects = [out / f"{module.name}.{i}.o" for i in range(len(parts))]
+    outputs = part_outputs(out, module.name, parts)
+    objects = [o for o in outputs if o.suffix == ".o"]
+    fatbins = [o for o in outputs if o.suffix == ".fatbin"]
 
     key = hashlib.sha256("\0".join([compiled.source, *settings]).encode()).hexdigest()
     key_file = out / f".{module.name}.build-key"
@@ -310,20 +344,25 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
         key_file.unlink(missing_ok=True)
         program_key_file(out, module.name).unlink(missing_ok=True)
         stub = package_dir("runtime") / "gc_main_stub.cpp"
-        serialized = serialized_wgmma(run([[*part, "-c", str(source), "-o", str(obj)]
-                                           for part, obj in zip(parts, objects)], source))
+        serialized = serialized_wgmma(run([[*part, str(source), "-o", str(output)]
+                                           for part, output in zip(parts, outputs)], source))
         warn_serialized(source, serialized)
+        embed = embed_device_code(out, module.name, fatbins)
+        if embed:
+            run(embed, source)
+            objects.append(Path(embed[0][-1]))
         run([[compiler, *link_flags, "-shared", *map(str, objects), "-o", str(library)],
              [compiler, *link_flags, *map(str, objects), str(stub), "-o", str(binary)]], source)
-        for obj in objects:
-            obj.unlink(missing_ok=True)
+        for path in [*outputs, *objects, out / f"{module.name}.device.s"]:
+            path.unlink(missing_ok=True)
         key_file.write_text(key)
 
     artifact = Artifact(module.name, target, str(out), str(source), str(binary), str(library),
                         str(out / f"{module.name}.json"), str(init), cached, time.perf_counter() - start)
     manifest = dict(module.manifest, target=target, artifact=asdict(artifact),
-                    compiler=parts[0], host_compiler=parts[-1] if len(parts) > 1 else None,
-                    kernel_parts=len(parts) - 1 if len(parts) > 1 else None, sanitize=sanitize,
+                    compiler=parts[0], launch_compiler=parts[len(fatbins)] if fatbins else None,
+                    host_compiler=parts[-1] if len(parts) > 1 else None,
+                    kernel_parts=len(fatbins) or None, sanitize=sanitize,
                     arena_bytes=compiled.plan.arena_bytes,
                     batch_rows=any(b.rows for b in compiled.plan.buffers),
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes,

@@ -767,6 +767,7 @@ __device__ __forceinline__ void gc_gemm_finish(T* smem, const Ep& ep, int b, int
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS >= 256 ? 2 : 384 / Tile::THREADS)
 gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
+#if GC_BODIES
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int S = Tile::SPLIT, THREADS = Tile::THREADS;
     constexpr bool TC = Tile::TF32 != 0;
@@ -933,6 +934,7 @@ gc_gemm_kernel(const gc_gemm_params<T, Ep> p) {
     gc_gemm_finish<RUN, BM, BN, S, THREADS, !EM, !EN>(smem, p.ep, b, m0, n0, M, N, C, p.vc, for_runs,
                                                     [] {},   // (the loop's last barrier freed the buffers)
                                                     packs, &acc[0][0]);
+#endif
 }
 
 // ---- the pipelined kernel (tiles with STAGES > 0) -------------------------------------------------------
@@ -1148,6 +1150,7 @@ struct gc_pipe_smem {
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA = false>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::TM * Tile::TN * sizeof(T) <= 256 ? 2 : 1)
 gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
+#if GC_BODIES
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS, KW = Tile::KW, GT = THREADS / KW;
     static_assert(!Tile::TF32 && ST >= 2, "gc_gemm: pipelined tiles are fp32, 2+ stages");
@@ -1248,6 +1251,7 @@ gc_gemm_pipe_kernel(const gc_gemm_params<T, Ep> p) {
                                                                   [&](auto&& f) { if (group == 0) for_runs(f); }, [] {
         if constexpr (KW == 1) __syncthreads();   // every warp is past its last reads of the buffers
     }, packs, &acc[0][0]);
+#endif
 }
 
 // Whether this device launches thread-block clusters (asked once).

@@ -217,8 +217,10 @@ __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, 
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 __global__ void __launch_bounds__(Tile::THREADS)
 gc_gemm_sk_kernel(const gc_gemm_params<T, Ep> p) {
+#if GC_BODIES
     extern __shared__ float4 gc_sk_dyn[];
     gc_gemm_sk_tile<T, TA, TB, Tile, Ep, RA>(p, blockIdx.x, blockIdx.z, gc_sk_dyn);
+#endif
 }
 
 // The launch (gc_gemm_launch has checked the shape and that rows read in place are floats, made the grid and

@@ -194,6 +194,7 @@ struct gc_tc_smem {
 template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
 __global__ void __launch_bounds__(Tile::THREADS, Tile::THREADS <= 128 ? 2 : 1)
 gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
+#if GC_BODIES
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int ST = Tile::STAGES, S = Tile::SPLIT, THREADS = Tile::THREADS;
     static_assert((Tile::TF32 == 1 || Tile::TF32 == 3) && sizeof(T) == 4 && ST >= 2,
@@ -331,6 +332,7 @@ gc_gemm_tc_kernel(const gc_gemm_params<T, Ep> p) {
         gc_cp_wait<0>();   // (only empty groups are left, but no copy may land after the partial tile)
         __syncthreads();   // every warp is past its last reads of the buffers
     });
+#endif
 }
 
 // The launch (gc_gemm_launch has checked the shape, made the grid and the cluster attribute). RA: by the

@@ -421,6 +421,7 @@ __device__ __forceinline__ void gc_wg_begin() {
 template <typename T, bool TA, bool TB, class Tile, class Ep, int RA>
 __global__ void __launch_bounds__(Tile::THREADS, 1)
 gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
+#if GC_BODIES
     typedef gc_wg_roles<TA, TB, Tile, RA> R;
     // a warpgroup's wgmma: MB blocks of 64 rows along C's m (n when swapped), N along the other side
     constexpr int WM = R::SWAP ? Tile::TN : Tile::TM, NW = R::SWAP ? Tile::TM : Tile::TN;
@@ -665,6 +666,7 @@ gc_gemm_wg_kernel(const gc_gemm_params<T, Ep> p) {
         gc_cp_wait<0>();   // (only empty groups are left, but no copy may land after the partial tile)
         __syncthreads();   // every warpgroup's wgmma are done with the buffers
     }, gc_gemm_packs<Ep, 1, false>(), (const T*)nullptr, split_packs);
+#endif
 #endif
 }
 

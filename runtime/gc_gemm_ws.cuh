@@ -103,6 +103,7 @@ __device__ __forceinline__ void gc_ws_tma_b(char* dst, const CUtensorMap& map, i
 template <typename T, bool TA, bool TB, class Tile, class Ep, int RA, bool TMA>
 __global__ void __launch_bounds__(Tile::THREADS, 1)
 gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtensorMap tmap_b) {
+#if GC_BODIES
     static_assert(!TMA || TB, "gc_gemm: the TMA unit copies B with TB");
     typedef gc_ws_smem<TB, Tile, RA> SM;
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, ST = Tile::STAGES, S = Tile::SPLIT;
@@ -289,6 +290,7 @@ gc_gemm_ws_kernel(const gc_gemm_params<T, Ep> p, const __grid_constant__ CUtenso
         gc_gemm_finish<2, BM, BN, S, THREADS, !EM, !EN>(reinterpret_cast<T*>(smem), p.ep, g.b, g.m0, g.n0, g.M, g.N,
                                                         C, p.vc, for_runs, free_smem, gc_gemm_packs<Ep, 1, false>(),
                                                         (const T*)nullptr, split_packs);
+#endif
 #endif
 }
 

@@ -976,8 +976,10 @@ __global__ void gc_gather_kernel(const IMG* __restrict__ images, const int32_t* 
                                  const gc_cursor* __restrict__ cursor, int64_t first, int count, int row,
                                  float scale, float* __restrict__ x, int32_t* __restrict__ y, int batch,
                                  const float* __restrict__ loss, double* __restrict__ sums) {
+#if GC_BODIES
     gc_wait_prior();
     gc_gather_row<IMG, V>(images, labels, cursor, first, count, row, scale, x, y, batch, loss, sums, blockIdx.x);
+#endif
 }
 
 template <typename IMG>
@@ -999,6 +1001,7 @@ __global__ void gc_batch_rows_kernel(const unsigned char* __restrict__ images, i
                                      const int32_t* __restrict__ labels, const gc_cursor* __restrict__ cursor,
                                      int64_t first, int count, uint32_t* __restrict__ rows, int32_t* __restrict__ y,
                                      int batch, const float* __restrict__ loss, double* __restrict__ sums) {
+#if GC_BODIES
     gc_wait_prior();
     const int b = blockIdx.x * blockDim.x + threadIdx.x;
     if (b < batch) {
@@ -1013,6 +1016,7 @@ __global__ void gc_batch_rows_kernel(const unsigned char* __restrict__ images, i
         gc_wait_value(__uint_as_float(touch));
     }
     if (sums && b == 0) gc_record_loss(sums, *loss);
+#endif
 }
 
 GC_SHARED int gc_batch_rows(const void* images, int row_bytes, const int32_t* labels, const gc_cursor* cursor,
@@ -1024,8 +1028,10 @@ GC_SHARED int gc_batch_rows(const void* images, int row_bytes, const int32_t* la
 
 // The cursor lives on the device: one thread runs gc_cursor_start / gc_cursor_advance (gc_runtime.h).
 __global__ void gc_set_cursor_kernel(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
+#if GC_BODIES
     gc_wait_prior();
     gc_cursor_start(cursor, step, order, shuffle, sums);
+#endif
 }
 
 GC_SHARED int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int shuffle, double* sums) {
@@ -1033,8 +1039,10 @@ GC_SHARED int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int 
 }
 
 __global__ void gc_steps_done_kernel(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
+#if GC_BODIES
     gc_wait_prior();
     gc_cursor_advance(cursor, steps, loss, sums);
+#endif
 }
 
 GC_SHARED int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums) {
@@ -1045,6 +1053,7 @@ GC_SHARED int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss,
 // the first batch of an evaluation sets it (no separate zeroing launch).
 __global__ void gc_count_correct_kernel(const float* __restrict__ logits, const int32_t* __restrict__ y,
                                         int count, int classes, int64_t* correct, int first) {
+#if GC_BODIES
     __shared__ int64_t shared[GC_BLOCK];
     gc_wait_prior();
     int64_t hits = 0;
@@ -1052,6 +1061,7 @@ __global__ void gc_count_correct_kernel(const float* __restrict__ logits, const 
         hits += gc_argmax(logits + (size_t)b * classes, classes) == y[b];
     hits = gc_block_reduce<int64_t, false>(hits, shared);
     if (threadIdx.x == 0) *correct = (first ? 0 : *correct) + hits;
+#endif
 }
 
 GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
@@ -1063,6 +1073,7 @@ GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count,
 // after the host writes the variable (gc_refresh_mirrors). 32 x 32 tiles through shared memory (a column of
 // 33 words: the tile's reads and writes both hit 32 banks), coalesced both ways.
 __global__ void gc_transpose_kernel(const float* __restrict__ src, float* __restrict__ dst, int rows, int cols) {
+#if GC_BODIES
     __shared__ float tile[32][33];
     gc_wait_prior();
     const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
@@ -1071,6 +1082,7 @@ __global__ void gc_transpose_kernel(const float* __restrict__ src, float* __rest
     __syncthreads();
     for (int i = threadIdx.y; i < 32; i += blockDim.y)
         if (c0 + i < cols && r0 + threadIdx.x < rows) dst[(size_t)(c0 + i) * rows + r0 + threadIdx.x] = tile[threadIdx.x][i];
+#endif
 }
 
 GC_SHARED int gc_transpose(const float* src, float* dst, int rows, int cols) {
@@ -1078,7 +1090,7 @@ GC_SHARED int gc_transpose(const float* src, float* dst, int rows, int cols) {
     return gc_launch(gc_transpose_kernel, dim3((cols + 31) / 32, (rows + 31) / 32), dim3(32, 8), src, dst, rows, cols);
 }
 
-#ifdef GC_PART_KERNELS   // the gathers the host part's trainer calls (gc_main.h: gc_gather_batch)
+#if defined(GC_PART_KERNELS) || defined(GC_PART_LAUNCH)   // the gathers the host part's trainer calls (gc_main.h: gc_gather_batch)
 template int gc_gather<uint8_t>(const uint8_t*, const int32_t*, const gc_cursor*, int64_t, int, int, float, float*,
                                 int32_t*, int, const float*, double*);
 template int gc_gather<float>(const float*, const int32_t*, const gc_cursor*, int64_t, int, int, float, float*,

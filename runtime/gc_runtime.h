@@ -13,14 +13,17 @@
 #include <time.h>
 #include <errno.h>
 #include <unistd.h>
-// A cuda build compiles this file several times, side by side (gcompile/build.py): nvcc once per kernels
-// part, with GC_PART_KERNELS=p (part p of the generated kernels and their launchers; part 0 also the steps
-// and the runtime's own kernels), and the host C++ compiler with GC_PART_HOST (the rest: error messages,
-// data, checkpoints, CUDA graphs, the C ABI, the trainer), one object each, linked together. Without either
-// (the cpu target, or nvcc run by hand on the file) one compile holds everything. GC_KERNELS and GC_HOST say
-// whether this compile holds each part, GC_PART(p) whether it holds kernels part p (GC_KERNELS0: part 0);
-// GC_SHARED marks what one part defines and another calls (hidden: the library exports only the ABI).
-#if defined(GC_PART_KERNELS) || defined(GC_PART_HOST)
+// A cuda build compiles this file several times, side by side (gcompile/build.py): nvcc twice per kernels part
+// p: to device code only with GC_PART_KERNELS=p (part p's kernels; part 0 also the runtime's own), and to an
+// object with GC_PART_LAUNCH=p (the launch part: those kernels' launchers and host stubs, the bodies left out
+// (GC_BODIES); launch part 0 also the steps, the streams and the lookup of the kernels in the parts' device
+// code, gc_kernel_of); and the host C++ compiler once with GC_PART_HOST (the rest: error messages, data,
+// checkpoints, CUDA graphs, the C ABI, the trainer). The objects and the parts' device code (gc_device_code)
+// are linked together. Without any (the cpu target, or nvcc run by hand on the file) one compile holds
+// everything. GC_KERNELS and GC_HOST say whether this compile holds each side, GC_PART(p) whether it holds
+// kernels part p (GC_KERNELS0: part 0); GC_SHARED marks what one part defines and another calls (hidden: the
+// library exports only the ABI).
+#if defined(GC_PART_KERNELS) || defined(GC_PART_LAUNCH) || defined(GC_PART_HOST)
 #define GC_SHARED __attribute__((visibility("hidden")))
 #else
 #define GC_SHARED static
@@ -30,15 +33,24 @@
 #else
 #define GC_KERNELS 1
 #endif
-#ifdef GC_PART_KERNELS
+#if defined(GC_PART_KERNELS) || defined(GC_PART_LAUNCH)
 #define GC_HOST 0
 #else
 #define GC_HOST 1
 #endif
-#ifdef GC_PART_KERNELS
+#if defined(GC_PART_KERNELS)
 #define GC_PART(p) (GC_PART_KERNELS == (p))
+#elif defined(GC_PART_LAUNCH)
+#define GC_PART(p) (GC_PART_LAUNCH == (p))
 #else
 #define GC_PART(p) GC_KERNELS
+#endif
+// Whether this compile has the kernels' bodies: not a launch part (its kernels are host stubs; the device code
+// it launches is the kernels parts').
+#ifdef GC_PART_LAUNCH
+#define GC_BODIES 0
+#else
+#define GC_BODIES 1
 #endif
 #define GC_KERNELS0 GC_PART(0)
 #if defined(__CUDACC__) || defined(GC_PART_HOST)
@@ -261,6 +273,125 @@ static bool gc_pdl_supported() {
     return supported == 1;
 }
 
+// The device function a launch names. In a launch part (GC_PART_LAUNCH) a kernel is a host stub whose device
+// code was left out: the kernels parts' device code (one fatbin each, gc_device_code; build.py links them in)
+// holds it, under the name the stub is registered with (cudaFuncGetName). The parts' code is loaded once
+// (cudaLibraryLoadData) and its kernels listed by name (so that no lookup fails: compute-sanitizer reports
+// every failing call); a kernel's handle (a cudaKernel_t) stands for it in cudaLaunchKernelExC,
+// cudaFuncSetAttribute and cudaFuncGetAttributes. Elsewhere the stub is the kernel.
+// *error: the CUDA error of a failure (its message is recorded), cudaSuccess otherwise.
+#if defined(GC_PART_LAUNCH) && GC_KERNELS0
+#include <pthread.h>
+GC_SHARED extern const unsigned char* const gc_device_code[];   // the steps' section: one entry a kernels part
+GC_SHARED extern const int gc_device_code_parts;
+static pthread_mutex_t gc_kernels_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct { const char* name; const void* kernel; const void* stub; } gc_device_kernel;
+static gc_device_kernel* gc_device_kernels = NULL;   // every kernels part's kernels, once loaded
+static int gc_device_kernel_count = 0;
+
+#define GC_LOAD_TRY(call, what, part) do { *error = (call); if (*error != cudaSuccess) { cudaGetLastError(); \
+    return gc_fail(GC_ERR_DEVICE, "%s of kernels part %d of %d (the program's device code) failed: %s", what, part, \
+                   gc_device_code_parts, cudaGetErrorString(*error)); } } while (0)
+
+// Kernels part p's kernels (count of them), by name, into table.
+static int gc_device_list(cudaLibrary_t library, int p, cudaKernel_t* kernels, unsigned count,
+                          gc_device_kernel* table, cudaError_t* error) {
+    GC_LOAD_TRY(cudaLibraryEnumerateKernels(kernels, count, library), "listing the kernels", p);
+    for (unsigned i = 0; i < count; i++) {
+        table[i].kernel = (const void*)kernels[i];
+        GC_LOAD_TRY(cudaFuncGetName(&table[i].name, table[i].kernel), "a kernel's name", p);
+    }
+    return GC_OK;
+}
+
+// Kernels part p loaded (cudaLibraryLoadData) and its kernels counted; nothing left loaded on failure.
+static int gc_device_open(int p, cudaLibrary_t* library, unsigned* count, cudaError_t* error) {
+    GC_LOAD_TRY(cudaLibraryLoadData(library, gc_device_code[p], NULL, NULL, 0, NULL, NULL, 0), "loading", p);
+    *error = cudaLibraryGetKernelCount(count, *library);
+    if (*error == cudaSuccess) return GC_OK;
+    cudaLibraryUnload(*library);
+    GC_LOAD_TRY(*error, "counting the kernels", p);
+    return GC_OK;
+}
+
+static int gc_device_load(cudaError_t* error) {
+    enum { MOST = 8 };   // kernels parts (emit.py's MAX_PARTS: 4)
+    cudaLibrary_t libraries[MOST];
+    unsigned counts[MOST], total = 0;
+    if (gc_device_code_parts > MOST) {
+        *error = cudaErrorInvalidValue;
+        return gc_fail(GC_ERR_DEVICE, "%d kernels parts: gc_device_load loads at most %d", gc_device_code_parts, MOST);
+    }
+    int loaded = 0, rc = GC_OK;
+    for (; loaded < gc_device_code_parts && rc == GC_OK; loaded++) {
+        rc = gc_device_open(loaded, &libraries[loaded], &counts[loaded], error);
+        total += rc == GC_OK ? counts[loaded] : 0;
+    }
+    if (rc != GC_OK) loaded--;   // the failed part left nothing loaded
+    gc_device_kernel* table = NULL;
+    cudaKernel_t* kernels = NULL;
+    if (rc == GC_OK) {
+        table = (gc_device_kernel*)calloc(total ? total : 1, sizeof(gc_device_kernel));
+        kernels = (cudaKernel_t*)calloc(total ? total : 1, sizeof(cudaKernel_t));
+        if (!table || !kernels) {
+            *error = cudaErrorMemoryAllocation;
+            rc = gc_fail(GC_ERR_MEMORY, "no memory for the table of the program's %u kernels", total);
+        }
+    }
+    for (int p = 0, first = 0; p < gc_device_code_parts && rc == GC_OK; first += counts[p], p++)
+        rc = gc_device_list(libraries[p], p, kernels + first, counts[p], table + first, error);
+    free(kernels);
+    if (rc != GC_OK) {
+        free(table);
+        for (int p = 0; p < loaded; p++) cudaLibraryUnload(libraries[p]);
+        cudaGetLastError();
+        return rc;
+    }
+    gc_device_kernels = table;
+    gc_device_kernel_count = (int)total;
+    return GC_OK;
+}
+
+static int gc_kernel_find(const void* stub, const void** kernel, cudaError_t* error) {
+    if (!gc_device_kernels) GC_TRY(gc_device_load(error));
+    for (int i = 0; i < gc_device_kernel_count; i++)
+        if (gc_device_kernels[i].stub == stub) {
+            *kernel = gc_device_kernels[i].kernel;
+            return GC_OK;
+        }
+    const char* name = NULL;
+    *error = cudaFuncGetName(&name, stub);
+    if (*error != cudaSuccess) {
+        cudaGetLastError();
+        return gc_fail(GC_ERR_DEVICE, "a kernel's name: cudaFuncGetName failed: %s", cudaGetErrorString(*error));
+    }
+    for (int i = 0; i < gc_device_kernel_count; i++)
+        if (strcmp(gc_device_kernels[i].name, name) == 0) {
+            gc_device_kernels[i].stub = stub;
+            *kernel = gc_device_kernels[i].kernel;
+            return GC_OK;
+        }
+    *error = cudaErrorInvalidDeviceFunction;
+    return gc_fail(GC_ERR_DEVICE, "kernel %s is in none of the program's %d kernels parts (its device code)", name,
+                   gc_device_code_parts);
+}
+GC_SHARED int gc_kernel_of(const void* stub, const void** kernel, cudaError_t* error) {
+    *error = cudaSuccess;
+    pthread_mutex_lock(&gc_kernels_lock);
+    int rc = gc_kernel_find(stub, kernel, error);
+    pthread_mutex_unlock(&gc_kernels_lock);
+    return rc;
+}
+#elif defined(GC_PART_LAUNCH)
+GC_SHARED int gc_kernel_of(const void* stub, const void** kernel, cudaError_t* error);   // launch part 0's
+#else
+static int gc_kernel_of(const void* stub, const void** kernel, cudaError_t* error) {
+    *error = cudaSuccess;
+    *kernel = stub;
+    return GC_OK;
+}
+#endif
+
 // A kernel that takes dynamic shared memory (the pipelined GEMMs, a chain's staged Bs): its limit raised to smem
 // bytes (without asking a kernel gets 48 KB less its static shared memory: logistic regression's b1000 tf32
 // chain, 33 KB static and W's 31 KB copy, failed to launch with the limit raised only past 48 KB), and its
@@ -274,9 +405,12 @@ template <auto Kernel>
 static int gc_raise_smem(size_t smem) {
     static bool raised = false;
     if (!raised) {
+        const void* kernel;
+        cudaError_t error;
+        GC_TRY(gc_kernel_of((const void*)Kernel, &kernel, &error));
         if (smem > 0)
-            GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+            GC_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        GC_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          (int)cudaSharedmemCarveoutMaxShared));
         raised = true;
     }
@@ -306,7 +440,12 @@ static int gc_launch_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size
     config.stream = gc_current_stream;
     config.attrs = attrs;
     config.numAttrs = n;
-    GC_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, ((Params)args)...));
+    const void* device;
+    cudaError_t error;
+    GC_TRY(gc_kernel_of((const void*)kernel, &device, &error));
+    // (the C++ cudaLaunchKernelEx passes the function as a pointer to cudaLaunchKernelExC, a handle included)
+    GC_CUDA_TRY(cudaLaunchKernelEx(&config, reinterpret_cast<void (*)(Params...)>(const_cast<void*>(device)),
+                                   ((Params)args)...));
     return GC_OK;
 }
 template <typename... Params, typename... Args>
@@ -349,9 +488,10 @@ GC_SHARED int gc_device_check(void) {
                        e != cudaSuccess ? cudaGetErrorString(e) : "the runtime found 0 devices");
     }
     cudaFuncAttributes attr;
-    e = cudaFuncGetAttributes(&attr, gc_probe_kernel);
+    const void* probe = NULL;
+    if (gc_kernel_of((const void*)gc_probe_kernel, &probe, &e) == GC_OK) e = cudaFuncGetAttributes(&attr, probe);
     if (e != cudaSuccess && e != cudaErrorNoKernelImageForDevice && e != cudaErrorInvalidDeviceFunction &&
-        e != cudaErrorUnsupportedPtxVersion) {   // not the kernels' architecture: the context itself is unusable
+        e != cudaErrorUnsupportedPtxVersion && e != cudaErrorInvalidKernelImage) {   // not the kernels' architecture: the context itself is unusable
         cudaGetLastError();
         return gc_fail(GC_ERR_DEVICE, "the GPU cannot run this program's kernels: %s (after an error such as a "
                        "misaligned address or an illegal memory access in an earlier kernel, the CUDA context of "

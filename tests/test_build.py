@@ -126,7 +126,9 @@ def test_cuda_build_compiles_parts_that_export_only_the_abi(tmp_path, monkeypatc
     compiler, flags, link_flags = build.compile_flags("cuda", "sm_90")
     settings = build.build_settings("cuda", compiler, flags, link_flags, 3)
     assert " ".join(manifest["host_compiler"]) in settings
-    assert " ".join([compiler, *flags, "-DGC_PART_KERNELS=1"]) in settings
+    assert " ".join([compiler, *flags, "--fatbin", "-DGC_PART_KERNELS=1"]) in settings
+    assert manifest["launch_compiler"] == [compiler, *flags, "-c", "-DGC_PART_LAUNCH=0"]
+    assert " ".join(manifest["launch_compiler"]) in settings
     header = open(artifact.source).readline() + open(artifact.source).readlines()[2]
     assert header.count("-DGC_PART_KERNELS=") == 3
     source = open(artifact.source).read()
@@ -138,6 +140,33 @@ def test_cuda_build_compiles_parts_that_export_only_the_abi(tmp_path, monkeypatc
     whole = subprocess.run([compiler, *flags, "-c", artifact.source, "-o", str(tmp_path / "whole.o")],
                            capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr[-4000:]
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc is not installed")
+@pytest.mark.parametrize("batch, precision", [(128, "fp32"), (1000, "tf32")])
+def test_launch_part_names_the_kernels_parts_kernels(tmp_path, batch, precision):
+    """Launch part p holds the host stubs of kernels part p's kernels with their bodies left out (GC_BODIES), and
+    the launches find each kernel by its stub's name in the parts' device code (gc_kernel_of): each part's
+    stubs name exactly its kernels, and no kernel is in two parts. (The MLP's fp32 GEMMs, chain and post
+    kernel; at b1000 tf32 its wgmma and warp-specialized tiles, TMA included.)"""
+    compiled = compile_program(mlp_program(batch), "cuda", precision=precision)
+    compiler, flags, _ = build.compile_flags("cuda", "sm_90")
+    parts = build.part_commands("cuda", compiler, flags, compiled.kernel_parts)
+    n = compiled.kernel_parts
+    assert [p[-1] for p in parts[:-1]] == [f"-DGC_PART_KERNELS={p}" for p in range(n)] + \
+        [f"-DGC_PART_LAUNCH={p}" for p in range(n)]
+    source = tmp_path / "m.cu"
+    source.write_text(compiled.source)
+    ptx = [tmp_path / f"{i}.ptx" for i in range(len(parts) - 1)]
+    build.run([[*(f for f in part if f not in ("--fatbin", "-c")), "--ptx", str(source), "-o", str(out)]
+               for part, out in zip(parts, ptx)], source)
+    texts = [p.read_text() for p in ptx]
+    entries = [re.findall(r"\.entry (\S+)\(", text) for text in texts]
+    for kernels, launch, text in zip(entries[:n], entries[n:], texts[n:]):   # part by part
+        assert kernels and sorted(launch) == sorted(kernels)
+        assert not re.search(r"\b(ld|st|cp|mma|wgmma)\.", text)   # the launch part's kernels are empty
+    names = [name for part in entries[:n] for name in part]
+    assert len(names) == len(set(names)) >= 6
 
 
 # ptxas's C7510 note, as nvcc 13 prints it for a kernel with a call between a wgmma and its wait
