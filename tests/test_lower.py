@@ -819,7 +819,7 @@ def test_tf32_chains_of_a_large_batch_run_their_gemm_stages_on_tensor_cores():
     assert chain.values["staged"]["bytes"] == 31360 and all(st["mma"] for st in chain.values["stages"] if st["gemm"])
     assert "gc_row_mma_shape<false, 10, 784, 8>::bytes" in wide.source
     assert f"GC_TRY(gc_raise_smem<{chain.name}_kernel>(31360));" in wide.source
-    assert "        if (smem > 0)\n            GC_CUDA_TRY(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize" \
+    assert "        if (smem > 0)\n            GC_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize" \
         in wide.source
     wide = compile_program(wide_chains()[0], "cuda", precision="tf32")
     assert [s[:3] for s in chain_shapes(wide.kernels["eval"])] == [(40, 1, 40), (64, 1, 64), (1000, 8, 125),
