@@ -490,8 +490,9 @@ GC_SHARED int gc_device_check(void) {
     cudaFuncAttributes attr;
     const void* probe = NULL;
     if (gc_kernel_of((const void*)gc_probe_kernel, &probe, &e) == GC_OK) e = cudaFuncGetAttributes(&attr, probe);
+    // an error other than the kernels' architecture: the context itself is unusable
     if (e != cudaSuccess && e != cudaErrorNoKernelImageForDevice && e != cudaErrorInvalidDeviceFunction &&
-        e != cudaErrorUnsupportedPtxVersion && e != cudaErrorInvalidKernelImage) {   // not the kernels' architecture: the context itself is unusable
+        e != cudaErrorUnsupportedPtxVersion && e != cudaErrorInvalidKernelImage) {
         cudaGetLastError();
         return gc_fail(GC_ERR_DEVICE, "the GPU cannot run this program's kernels: %s (after an error such as a "
                        "misaligned address or an illegal memory access in an earlier kernel, the CUDA context of "
