@@ -318,6 +318,9 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     start = time.perf_counter()
     module, target = compiled.module, compiled.target
     out = Path(out_dir).resolve()
+    if target == "cuda" and '"' in str(out):   # nvcc hands the objects to nvlink, which drops the quotes
+        raise BuildError(f"out_dir {str(out)!r}: the cuda target cannot build in a folder whose path has a double "
+                         "quote (nvcc's device linker, nvlink, cannot open such paths); choose another folder")
     out.mkdir(parents=True, exist_ok=True)
     if target == "cuda":
         arch = arch or detect_arch() or DEFAULT_CUDA_ARCH

@@ -101,6 +101,15 @@ def test_kernels_parts_share_out_the_gemm_instantiations():
     assert compile_program(mlp_program(128), "cpu").kernel_parts == 1
 
 
+def test_cuda_build_refuses_a_folder_nvlink_cannot_open(tmp_path):
+    """nvcc hands the objects to nvlink, which drops a path's double quotes ("Could not open input file"): the
+    build refuses such a folder first, naming it, and creates nothing."""
+    out = tmp_path / 'a "quoted" folder'
+    with pytest.raises(gc.BuildError, match=r"the cuda target cannot build in a folder whose path has a double quote"):
+        gc.compile(tiny_program(), target="cuda", arch="sm_90", out_dir=out)
+    assert not out.exists()
+
+
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc is not installed")
 def test_cuda_build_compiles_parts_that_export_only_the_abi(tmp_path, monkeypatch):
     """Compile time: nvcc compiles the kernels parts of the one source while the host C++ compiler compiles
