@@ -1,8 +1,7 @@
 """build: write the generated source, the initial parameters and the manifest, then compile the source
-to objects (cpu: one; cuda: its kernels parts' device code, their launch parts and its host part side by side, see
-part_commands) and link them twice — a shared
-library (the C ABI, for gc.load) and a standalone binary (the training command line). Builds are cached by
-a hash of source + every command + compiler versions.
+(cpu: to one object; cuda: its kernels parts' device code, their launch parts and its host part, side by side,
+see part_commands) and link the objects twice — a shared library (the C ABI, for gc.load) and a standalone
+binary (the training command line). Builds are cached by a hash of source + every command + compiler versions.
 """
 from __future__ import annotations
 
