@@ -182,21 +182,25 @@ def part_outputs(out: Path, name: str, parts: list[list[str]]) -> list[Path]:
     return [out / (f"{name}.{i}.fatbin" if "--fatbin" in part else f"{name}.{i}.o") for i, part in enumerate(parts)]
 
 
-def embed_device_code(out: Path, name: str, fatbins: list[Path]) -> list[list[str]]:
+def embed_device_code(out: Path, name: str, fatbins: list[Path], source: Path) -> Path | None:
     """The kernels parts' device code into an object: an assembly file whose symbols gc_device_code_<p> hold
     part p's fatbin (.incbin, in the .nv_fatbin section where cuobjdump looks), for the launch part's
-    gc_device_code. Returns the command that assembles it (one, or none without kernels parts)."""
+    gc_device_code, assembled by the host compiler. Returns the object (None without kernels parts)."""
     if not fatbins:
-        return []
+        return None
     lines = ['.section .nv_fatbin, "a"']
     for p, fatbin in enumerate(fatbins):
         path = str(fatbin).replace("\\", "\\\\").replace('"', '\\"')
         lines += [".balign 16", f".globl gc_device_code_{p}", f".hidden gc_device_code_{p}",
                   f"gc_device_code_{p}:", f'.incbin "{path}"']
     lines.append('.section .note.GNU-stack, "", %progbits')
-    source = out / f"{name}.device.s"
-    write_if_changed(source, ("\n".join(lines) + "\n").encode())
-    return [[host_compiler(), "-c", str(source), "-o", str(out / f"{name}.device.o")]]
+    assembly, obj = out / f"{name}.device.s", out / f"{name}.device.o"
+    assembly.write_text("\n".join(lines) + "\n")
+    try:
+        run([[host_compiler(), "-c", str(assembly), "-o", str(obj)]], source)
+    finally:
+        assembly.unlink(missing_ok=True)
+    return obj
 
 
 def build_command(parts: list[list[str]]) -> str:
@@ -349,13 +353,12 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
         serialized = serialized_wgmma(run([[*part, str(source), "-o", str(output)]
                                            for part, output in zip(parts, outputs)], source))
         warn_serialized(source, serialized)
-        embed = embed_device_code(out, module.name, fatbins)
-        if embed:
-            run(embed, source)
-            objects.append(Path(embed[0][-1]))
+        device = embed_device_code(out, module.name, fatbins, source)
+        if device:
+            objects.append(device)
         run([[compiler, *link_flags, "-shared", *map(str, objects), "-o", str(library)],
              [compiler, *link_flags, *map(str, objects), str(stub), "-o", str(binary)]], source)
-        for path in [*outputs, *objects, out / f"{module.name}.device.s"]:
+        for path in [*outputs, *objects]:
             path.unlink(missing_ok=True)
         key_file.write_text(key)
 

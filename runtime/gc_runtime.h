@@ -308,8 +308,7 @@ static int gc_device_list(cudaLibrary_t library, int p, cudaKernel_t* kernels, u
 static int gc_device_open(int p, cudaLibrary_t* library, unsigned* count, cudaError_t* error) {
     GC_LOAD_TRY(cudaLibraryLoadData(library, gc_device_code[p], NULL, NULL, 0, NULL, NULL, 0), "loading", p);
     *error = cudaLibraryGetKernelCount(count, *library);
-    if (*error == cudaSuccess) return GC_OK;
-    cudaLibraryUnload(*library);
+    if (*error != cudaSuccess) cudaLibraryUnload(*library);
     GC_LOAD_TRY(*error, "counting the kernels", p);
     return GC_OK;
 }
@@ -322,12 +321,10 @@ static int gc_device_load(cudaError_t* error) {
         *error = cudaErrorInvalidValue;
         return gc_fail(GC_ERR_DEVICE, "%d kernels parts: gc_device_load loads at most %d", gc_device_code_parts, MOST);
     }
-    int loaded = 0, rc = GC_OK;
-    for (; loaded < gc_device_code_parts && rc == GC_OK; loaded++) {
-        rc = gc_device_open(loaded, &libraries[loaded], &counts[loaded], error);
-        total += rc == GC_OK ? counts[loaded] : 0;
-    }
-    if (rc != GC_OK) loaded--;   // the failed part left nothing loaded
+    int loaded = 0, rc = GC_OK;   // (a part that fails to open leaves nothing loaded)
+    while (loaded < gc_device_code_parts &&
+           (rc = gc_device_open(loaded, &libraries[loaded], &counts[loaded], error)) == GC_OK)
+        total += counts[loaded++];
     gc_device_kernel* table = NULL;
     cudaKernel_t* kernels = NULL;
     if (rc == GC_OK) {
