@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-SECTIONS = ("mnist", "conv", "eltwise", "gemm")
+SECTIONS = ("mnist", "conv", "eltwise", "gemm", "floors")
 
 
 def row(section: str, model: str, batch, impl: str, **fields) -> dict:

@@ -1,13 +1,14 @@
 """`make bench`: gcompile against PyTorch and JAX in one run; one table, JSON (and a PNG) in bench/results/.
 
-    python3 -m bench.run [--quick] [--only mnist,conv,eltwise,gemm] [--device cuda|cpu] [--data DIR]
+    python3 -m bench.run [--quick] [--only mnist,conv,eltwise,gemm,floors] [--device cuda|cpu] [--data DIR]
                          [--fashion DIR] [--impls gcompile,torch-eager,...] [--results-dir DIR]
 
 Sections: mnist (logreg and MLP at batch 128 and 1000: gcompile fp32/tf32, PyTorch eager, torch.compile,
 PyTorch CUDA graph, JAX jit step, JAX scanned epoch; time to accuracy at batch 128), conv (LeNet and
 ResNet-14 at batch 128: gcompile vs PyTorch eager and CUDA graph), eltwise (a fused elementwise chain on
-256 MB vs a device copy), gemm (bench/gemm_bench.py's run(), when that file exists). A missing peer or
-example is a row that says why it was skipped. torch.compile runs last, while the time budget allows.
+256 MB vs a device copy), gemm (bench/gemm_bench.py's run(), when that file exists), floors (bench/floors.py:
+what a phase boundary and pulling a block's bytes from L2 cost on this GPU). A missing peer or example is a
+row that says why it was skipped. torch.compile runs last, while the time budget allows.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from gcompile.build import detect_arch
 from gcompile.data import default_data_dir
 from gcompile.errors import GCompileError
 
-from . import gc_side, jax_peers, torch_peers
+from . import floors, gc_side, jax_peers, torch_peers
 from .report import (LEGEND, SECTIONS, add_ratios, check_targets, environment, failed, format_table, format_targets,
                      row, skipped, write_json)
 from .tasks import LR, RECIPE_BATCH, RECIPES, ROOT, TARGETS, Dataset, Task, load_example, make_program
@@ -184,6 +185,20 @@ class Bench:
         except (KeyError, TypeError) as e:
             self.rows.append(skipped("gemm", "gemm_bench", None, "-", f"unexpected result of gemm_bench.run(): {e!r}"
                                      " (kept in the JSON under extra.gemm)"))
+
+    def floors(self):
+        reason = self.budget.allows(30) or (None if self.args.device == "cuda" else "it needs a GPU")
+        if reason:
+            self.rows.append(skipped("floors", "floors", None, "-", reason))
+            return
+        print("== floors (bench/floors.py)", flush=True)
+        try:
+            result = floors.run(str(self.work / "floors"))
+        except Exception as e:
+            self.rows.append(failed("floors", "floors", None, "-", e))
+            return
+        self.extra["floors"] = result
+        self.rows += floors.table_rows(result)
 
     def dataset(self, path, key):
         try:

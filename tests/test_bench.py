@@ -12,6 +12,7 @@ from conftest import ROOT, load_bench
 def bench_modules():
     """The bench package (conftest.load_bench) with the modules these tests use."""
     load_bench()
+    import bench.floors
     import bench.gc_side
     import bench.jax_peers
     import bench.report
@@ -359,3 +360,41 @@ def test_gcompile_step_is_the_trainers():
     fields = {"step_s": 20e-6, "p10_s": 19e-6, "p90_s": 21e-6}
     notes = trainer_step(fields, {"epochs": [], "stdout_tail": ["boom"]}, 390)
     assert fields["step_s"] == 20e-6 and "finished no epoch (boom)" in notes[0]
+
+
+FLOORS_OUT = "".join(json.dumps(line) + "\n" for line in [
+    {"gpu": "NVIDIA H100 80GB HBM3", "sms": 132},
+    {"kind": "boundary", "form": "programmatic", "blocks": 132, "threads": 256, "kb": 16, "us": 1.75},
+    {"kind": "boundary", "form": "persistent", "blocks": 264, "threads": 1024, "kb": 0,
+     "skipped": "264 blocks are not resident at once (1 an SM)"},
+    {"kind": "pull", "form": "cp.async", "blocks": 128, "threads": 384, "kb": 208, "us": 3.6, "empty_us": 0.87,
+     "bytes": 27262976, "tb_per_s": 7.573}])
+
+
+def test_floors_output_becomes_rows_and_errors_name_what_failed():
+    """floors.cu's JSON lines: the GPU line, then one row a measurement in the table's "floors" section (a phase
+    boundary's time a phase; a pull's time beyond an empty launch, its rate in the note; a measurement that
+    could not run, skipped with its reason). An error line or a missing GPU line raises with what it said."""
+    floors = bench.floors
+    result = floors.parse(FLOORS_OUT)
+    assert result["gpu"] == "NVIDIA H100 80GB HBM3" and result["sms"] == 132 and len(result["rows"]) == 3
+    boundary, skipped, pull = floors.table_rows(result)
+    assert boundary["section"] == "floors" and boundary["impl"] == "programmatic"
+    assert boundary["model"] == "phase boundary 132x256, 16 KB a block" and abs(boundary["step_s"] - 1.75e-6) < 1e-12
+    assert skipped["skipped"] == "264 blocks are not resident at once (1 an SM)" and "step_s" not in skipped
+    assert pull["impl"] == "cp.async" and abs(pull["step_s"] - 3.6e-6) < 1e-12
+    assert "7.57 TB/s (27.3 MB) beyond an empty launch (0.87 us)" in pull["note"]
+    table = report.format_table(floors.table_rows(result))
+    assert "[floors]" in table and "SKIPPED: 264 blocks are not resident" in table
+    with pytest.raises(RuntimeError, match="compute capability 8.0: these kernels need 9.0"):
+        floors.parse('{"error": "NVIDIA A100 is of compute capability 8.0: these kernels need 9.0"}\n')
+    with pytest.raises(RuntimeError, match="printed no GPU line"):
+        floors.parse("Segmentation fault\n")
+
+
+@pytest.mark.skipif(not __import__("shutil").which("nvcc"), reason="needs nvcc")
+def test_floors_source_builds(tmp_path):
+    """bench/floors.cu compiles (sm_90a code and compute_90 PTX) with the nvcc on this machine; it runs on the
+    GPU machine only (make bench)."""
+    exe = bench.floors.build(tmp_path)
+    assert exe.exists() and exe.stat().st_size > 0
