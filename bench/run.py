@@ -163,42 +163,39 @@ class Bench:
                 f"vs {copy['bandwidth_Bps'] / 1e9:.0f} GB/s, bytes read + written)")) if x)
 
     def gemm(self):
-        path = ROOT / "bench" / "gemm_bench.py"
-        if not path.exists():
+        if not (ROOT / "bench" / "gemm_bench.py").exists():
             self.rows.append(skipped("gemm", "gemm_bench", None, "-", "bench/gemm_bench.py is not in this tree "
                                                                       "(helper gemm)"))
             return
-        reason = self.budget.allows(60) or (None if self.args.device == "cuda" else "it needs a GPU")
-        if reason:
-            self.rows.append(skipped("gemm", "gemm_bench", None, "-", reason))
-            return
-        print("== gemm micro-benchmark (bench/gemm_bench.py)", flush=True)
-        try:
+
+        def run():
             from . import gemm_bench
-            result = gemm_bench.run(quick=self.args.quick, workdir=str(self.work / "gemm"))
-        except Exception as e:
-            self.rows.append(failed("gemm", "gemm_bench", None, "-", e))
-            return
-        self.extra["gemm"] = result
-        try:
-            self.rows += gemm_rows(result)
-        except (KeyError, TypeError) as e:
-            self.rows.append(skipped("gemm", "gemm_bench", None, "-", f"unexpected result of gemm_bench.run(): {e!r}"
-                                     " (kept in the JSON under extra.gemm)"))
+            return gemm_bench.run(quick=self.args.quick, workdir=str(self.work / "gemm"))
+        self.micro("gemm", "gemm_bench", 60, "gemm micro-benchmark (bench/gemm_bench.py)", run, gemm_rows)
 
     def floors(self):
-        reason = self.budget.allows(30) or (None if self.args.device == "cuda" else "it needs a GPU")
+        self.micro("floors", "floors", 30, "floors (bench/floors.py)", lambda: floors.run(str(self.work / "floors")),
+                   floors.table_rows)
+
+    def micro(self, section, name, estimate_s, title, run, to_rows):
+        """A GPU micro-benchmark's section: skipped, with the reason, past the time budget or without a GPU;
+        run()'s result kept in the JSON under extra[section], to_rows(result) its table rows."""
+        reason = self.budget.allows(estimate_s) or (None if self.args.device == "cuda" else "it needs a GPU")
         if reason:
-            self.rows.append(skipped("floors", "floors", None, "-", reason))
+            self.rows.append(skipped(section, name, None, "-", reason))
             return
-        print("== floors (bench/floors.py)", flush=True)
+        print(f"== {title}", flush=True)
         try:
-            result = floors.run(str(self.work / "floors"))
+            result = run()
         except Exception as e:
-            self.rows.append(failed("floors", "floors", None, "-", e))
+            self.rows.append(failed(section, name, None, "-", e))
             return
-        self.extra["floors"] = result
-        self.rows += floors.table_rows(result)
+        self.extra[section] = result
+        try:
+            self.rows += to_rows(result)
+        except (KeyError, TypeError) as e:
+            self.rows.append(skipped(section, name, None, "-", f"unexpected result of {name}'s run(): {e!r} (kept in "
+                                                               f"the JSON under extra.{section})"))
 
     def dataset(self, path, key):
         try:
