@@ -298,8 +298,12 @@ int main() {
                "TMA)\"}\n", prop.name, prop.major, prop.minor);
         return 1;
     }
-    printf("{\"gpu\": \"%s\", \"sms\": %d}\n", prop.name, prop.multiProcessorCount);
     const int sms = prop.multiProcessorCount;
+    if (2 * sms > FLAG_WORDS) {   // a phase's flags: one word a block of the largest grid
+        printf("{\"error\": \"%d SMs: the boundary grids need more than %d flags\"}\n", sms, FLAG_WORDS);
+        return 1;
+    }
+    printf("{\"gpu\": \"%s\", \"sms\": %d}\n", prop.name, sms);
     const size_t data_bytes = (size_t)2 * sms * 256 * 1024;   // the largest grid's bytes: 2 blocks an SM x 256 KB
     FL_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     FL_CHECK(cudaEventCreate(&ev0));
