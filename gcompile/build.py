@@ -358,7 +358,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
             objects.append(device)
         run([[compiler, *link_flags, "-shared", *map(str, objects), "-o", str(library)],
              [compiler, *link_flags, *map(str, objects), str(stub), "-o", str(binary)]], source)
-        for path in [*outputs, *objects]:
+        for path in [*fatbins, *objects]:   # every part's output and the embedded device code's object
             path.unlink(missing_ok=True)
         key_file.write_text(key)
 
