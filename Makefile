@@ -47,11 +47,13 @@ convnets: $(NEEDS_VENV)
 # (bench/README.md). It uses that machine's python3, which has torch, jax and matplotlib; cffi comes from
 # the carried wheels, installed first with `pip install --target /tmp/site .whl/*.whl` and PYTHONPATH
 # (kept: the checkout is put in front of it). MNIST is prepared from .device/mnist.pkl.gz when that file is
-# there, Fashion-MNIST from the IDX files in .device/fashion-mnist/ when that folder is there. That machine's copy of the tree has no .git: name the commit, e.g.
+# there, Fashion-MNIST from the IDX files in .device/fashion-mnist/ when that folder is there. The results are
+# named after COMMIT; without it, after git's HEAD, '-dirty' added where the tracked files differ from it. A
+# copy of the tree (the GPU machine's) may carry a .git of another commit: name the commit there, e.g.
 #   make bench COMMIT=$(git rev-parse --short=12 HEAD) BENCH_ARGS="--results-dir $OUT"
 # BENCH_ARGS: --quick, --only mnist,conv,eltwise,gemm, --impls, --fashion DIR (python3 -m bench.run --help).
 BENCH_PYTHON ?= python3
-COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+COMMIT ?=
 BENCH_ENV = PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} GCOMPILE_COMMIT=$(COMMIT)
 bench:
 	-$(BENCH_ENV) $(BENCH_PYTHON) -m gcompile data mnist $(if $(wildcard .device/mnist.pkl.gz),--from .device/mnist.pkl.gz)

@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.report import git_commit  # noqa: E402
 from gcompile import gemm_tiles  # noqa: E402
 from gcompile.build import detect_arch, gencode_flags  # noqa: E402
 from gcompile.gemm_tiles import candidates, choose_tile  # noqa: E402
@@ -327,15 +328,10 @@ def merge(base: dict, rows, result: dict) -> dict:
             "source": base["source"] + " + --sweep --tiles", "model": model, "measured": measured}
 
 
-def commit() -> str | None:
-    """The checkout's commit (GC_BENCH_COMMIT overrides it, for a copy of the tree without .git)."""
-    if os.environ.get("GC_BENCH_COMMIT"):
-        return os.environ["GC_BENCH_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None
-    except OSError:
-        return None
+def commit() -> str:
+    """The checkout's commit, as the bench's tables name it (bench/report.py: $GCOMPILE_COMMIT, else git's HEAD,
+    '-dirty' where the tracked files differ from it)."""
+    return git_commit(ROOT)
 
 
 def table(result: dict) -> str:

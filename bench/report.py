@@ -186,8 +186,9 @@ def _run(cmd) -> str:
 
 
 def git_commit(root: Path) -> str:
-    """The commit the bench ran at: $GCOMPILE_COMMIT (the Makefile passes it; the GPU machine's copy of the
-    tree has no .git), else git, else 'unknown'. A dirty tree gets '-dirty'."""
+    """The commit the bench ran at: $GCOMPILE_COMMIT (the Makefile's COMMIT), else git's HEAD, '-dirty' added
+    where the tracked files differ from it (a copy of the tree may carry a .git of an older commit: its files
+    then differ), else 'unknown'."""
     commit = os.environ.get("GCOMPILE_COMMIT", "").strip()
     if commit:
         return commit

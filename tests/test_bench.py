@@ -76,6 +76,30 @@ def test_commit_comes_from_the_environment_first(monkeypatch):
     assert report.git_commit(ROOT) == "0123abcd"
 
 
+def test_commit_without_the_environment_is_heads_and_says_when_the_files_differ(tmp_path, monkeypatch):
+    """A copy of the tree may carry the .git of an older commit (the GPU machine's did): its tracked files then
+    differ from HEAD, and the results are named '<HEAD>-dirty', not after a commit they were not measured at."""
+    import shutil
+    import subprocess
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    monkeypatch.delenv("GCOMPILE_COMMIT", raising=False)
+    assert report.git_commit(tmp_path) == "unknown"   # no repository
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "f.txt").write_text("one\n")
+    subprocess.run([*git, "add", "f.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    (tmp_path / "new.txt").write_text("untracked\n")   # untracked files: not the measured tree's
+    assert report.git_commit(tmp_path) == head
+    (tmp_path / "f.txt").write_text("two\n")
+    assert report.git_commit(tmp_path) == head + "-dirty"
+    monkeypatch.setenv("GCOMPILE_COMMIT", "0123abcd")
+    assert report.git_commit(tmp_path) == "0123abcd"
+
+
 def test_step_statistics_come_from_the_timed_windows():
     settings = timing.Settings(quick=True)
     calls = []
