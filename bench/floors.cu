@@ -12,6 +12,13 @@
 //   (programmatic); us: per launch beyond an empty launch of the same grid; form: 16-byte loads into
 //   registers (8 in flight a thread), cp.async 16-byte copies into shared memory, TMA bulk copies of 16 KB,
 //   or TMA bulk copies of 256 / 128 bytes (a gathered row a copy) — the async forms STAGES x 16 KB in flight.
+// operands: x @ W1's K steps pulled as its warp-specialized kernel pulls them (the H100 b1000 tf32 record: 64 x 64
+//   tiles, split 2, 128 blocks; OP_STEPS steps a block): B one TMA tensor copy a step (a box of 64 rows x 32 k of
+//   W1's mirror, 256 x 784 floats, 128-byte swizzle), A the block's 64 gathered rows x 32 k by 16-byte cp.async
+//   (float rows, or uint8 rows: a quarter of the bytes), each alone and together, OP_STAGES steps in flight; us:
+//   per launch beyond an empty launch, and ns a step.
+#include <cuda.h>           // CUtensorMap (the encoder comes through the runtime: no libcuda link)
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,6 +41,24 @@ constexpr int FLAG_WORDS = 1024;           // a phase's flags (one word a block)
 
 __device__ __forceinline__ void fl_wait_prior() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void fl_release_next() { asm volatile("griddepcontrol.launch_dependents;"); }
+
+// mbarriers of one arrival each (by the calling thread, with their init fence); an arrival expecting `bytes` of
+// TMA copies; waiting for a phase's completion.
+__device__ __forceinline__ void fl_bars_init(unsigned long long* bar, int n) {
+    for (int s = 0; s < n; s++)
+        asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"((unsigned)__cvta_generic_to_shared(&bar[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void fl_bar_expect(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;"
+                 ::"r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fl_bar_wait(unsigned long long* bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred q; mbarrier.try_wait.parity.shared.b64 q, [%1], %2; selp.u32 %0, 1, 0, q; }"
+                     : "=r"(done) : "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(parity) : "memory");
+}
 
 // A block's pass over its `words` 16-byte words at p: 8 loads in flight a thread; the sum keeps them live.
 __device__ __forceinline__ float fl_touch(const float4* p, int words) {
@@ -130,15 +155,11 @@ __global__ void fl_pull_bulk(const float4* data, int words, float* sink) {
     const char* p = reinterpret_cast<const char*>(data + (size_t)blockIdx.x * words);
     const int chunks = words * 16 / CHUNK, lane = threadIdx.x;
     if (threadIdx.x < 32) {
-        if (lane == 0) {
-            for (int s = 0; s < STAGES; s++)
-                asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"((unsigned)__cvta_generic_to_shared(&bar[s])));
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
+        if (lane == 0) fl_bars_init(bar, STAGES);
         __syncwarp();
         auto issue = [&](int c) {
             const unsigned b = (unsigned)__cvta_generic_to_shared(&bar[c % STAGES]);
-            if (lane == 0) asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"(CHUNK));
+            if (lane == 0) fl_bar_expect(&bar[c % STAGES], CHUNK);
             __syncwarp();
             for (int i = lane; i < CHUNK / PIECE; i += 32) {
                 const unsigned d = (unsigned)__cvta_generic_to_shared(fl_smem + (c % STAGES) * CHUNK + i * PIECE);
@@ -148,11 +169,7 @@ __global__ void fl_pull_bulk(const float4* data, int words, float* sink) {
         };
         for (int c = 0; c < STAGES && c < chunks; c++) issue(c);
         for (int c = 0; c < chunks; c++) {
-            const unsigned b = (unsigned)__cvta_generic_to_shared(&bar[c % STAGES]), parity = (c / STAGES) & 1;
-            unsigned done = 0;
-            while (!done)
-                asm volatile("{ .reg .pred q; mbarrier.try_wait.parity.shared.b64 q, [%1], %2; selp.u32 %0, 1, 0, q; }"
-                             : "=r"(done) : "r"(b), "r"(parity) : "memory");
+            fl_bar_wait(&bar[c % STAGES], (c / STAGES) & 1);
             __syncwarp();
             if (c + STAGES < chunks) issue(c + STAGES);
         }
@@ -160,6 +177,61 @@ __global__ void fl_pull_bulk(const float4* data, int words, float* sink) {
     __syncthreads();
     fl_release_next();
     if (threadIdx.x == 0 && fl_smem[5] == 77) sink[0] = 1.f;
+}
+
+// ---- operands ----
+constexpr int OP_STEPS = 12, OP_ROWS = 8192, OP_K = 784, OP_N = 256;   // the dataset's rows; W1's mirror: N x K
+constexpr int OP_STAGES = 4, OP_STEP = 16384;   // a stage: B's box (8 KB), then A's rows (8 KB of floats or 2 KB)
+
+// Block b's steps: W1's mirror rows 64 (b % 4) .., k from OP_STEPS 32 (b / 4 % 2) (its split), its 64 gathered rows
+// (indices 64 (b / 8) ..; staged in shared memory first, as the kernel does). BOX: B by thread 0's tensor copy,
+// counted on the stage's mbarrier; E: A's element (float or uint8 rows), none without AROWS; a stage's cp.async
+// copies are one commit group.
+template <bool BOX, bool AROWS, typename E>
+__global__ void fl_operands(const __grid_constant__ CUtensorMap w1, const E* x, const unsigned* idx, int steps,
+                            float* sink) {
+    extern __shared__ __align__(128) unsigned char fl_smem[];
+    __shared__ __align__(8) unsigned long long bar[OP_STAGES];
+    __shared__ unsigned rows[64];
+    unsigned char* const stages = fl_smem + (-(uintptr_t)fl_smem & 1023);   // (the swizzle's 1024-byte rows)
+    fl_wait_prior();
+    const int n0 = blockIdx.x % 4 * 64, k0 = blockIdx.x / 4 % 2 * OP_STEPS * 32;
+    if (threadIdx.x < 64) rows[threadIdx.x] = idx[blockIdx.x / 8 * 64 + threadIdx.x];
+    if (threadIdx.x == 0) fl_bars_init(bar, OP_STAGES);
+    __syncthreads();
+    constexpr int CPR = 32 * (int)sizeof(E) / 16;   // a row's 16-byte chunks a step
+    auto issue = [&](int s) {
+        unsigned char* d = stages + (s % OP_STAGES) * OP_STEP;
+        if (s < steps) {
+            if (BOX && threadIdx.x == 0) {
+                fl_bar_expect(&bar[s % OP_STAGES], 64 * 128);
+                asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                             " [%0], [%1, {%2, %3}], [%4];"
+                             ::"r"((unsigned)__cvta_generic_to_shared(d)), "l"(reinterpret_cast<uint64_t>(&w1)),
+                               "r"(k0 + 32 * s), "r"(n0), "r"((unsigned)__cvta_generic_to_shared(&bar[s % OP_STAGES]))
+                             : "memory");
+            }
+            if (AROWS)
+                for (int i = threadIdx.x; i < 64 * CPR; i += blockDim.x) {
+                    const int r = i / CPR, c = i % CPR;
+                    const unsigned a = (unsigned)__cvta_generic_to_shared(d + 8192 + r * 32 * sizeof(E) + c * 16);
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                                 ::"r"(a), "l"(x + (size_t)rows[r] * OP_K + k0 + 32 * s + c * 16 / sizeof(E)) : "memory");
+                }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    for (int s = 0; s < OP_STAGES; s++) issue(s);
+    for (int s = 0; s < steps; s++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(OP_STAGES - 1) : "memory");
+        if (BOX) fl_bar_wait(&bar[s % OP_STAGES], (s / OP_STAGES) & 1);
+        __syncthreads();   // every thread's copies of step s have landed: its stage is free again
+        issue(s + OP_STAGES);
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    fl_release_next();
+    if (threadIdx.x == 0 && stages[5] == 77) sink[0] = 1.f;
 }
 
 // ---- the driver ----
@@ -290,6 +362,58 @@ static void pull(int blocks, int threads, int kb) {
     }
 }
 
+static float* g_w1;
+static void* g_x[2];   // the dataset's rows: floats, bytes
+static unsigned* g_idx;
+
+// One operands form: BOX / AROWS / E as fl_operands's; a launch of OP_STEPS steps against an empty one.
+template <bool BOX, bool AROWS, typename E>
+static void operand_form(const char* name, const CUtensorMap& map, int blocks, int threads) {
+    auto kernel = fl_operands<BOX, AROWS, E>;
+    const int smem = OP_STAGES * OP_STEP + 1024;
+    FL_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const E* x = static_cast<const E*>(g_x[sizeof(E) == 1]);
+    float us[2];
+    for (int full = 0; full < 2; full++) {
+        const int steps = full ? OP_STEPS : 0;
+        auto launch = [&](const cudaLaunchConfig_t& cfg, int) {
+            return cudaLaunchKernelEx(&cfg, kernel, map, x, (const unsigned*)g_idx, steps, g_sink);
+        };
+        us[full] = replay_graph(graph_of(LAUNCHES, blocks, threads, smem, true, launch), LAUNCHES);
+    }
+    const int step_bytes = (BOX ? 64 * 128 : 0) + (AROWS ? 64 * 32 * (int)sizeof(E) : 0);
+    const double bytes = (double)blocks * OP_STEPS * step_bytes;
+    const float beyond = us[1] - us[0];
+    char rest[200];
+    snprintf(rest, sizeof rest, "\"steps\": %d, \"us\": %.4f, \"empty_us\": %.4f, \"ns_per_step\": %.1f, \"bytes\": %.0f, "
+             "\"tb_per_s\": %.3f", OP_STEPS, beyond, us[0], beyond * 1e3f / OP_STEPS, bytes, bytes / (beyond * 1e-6) / 1e12);
+    emit("operands", name, blocks, threads, (int)(bytes / blocks / 1024), rest);
+}
+
+static void operands(int blocks, int threads) {
+    static const char* forms[] = {"B box", "A float rows", "A uint8 rows", "A float rows + B box",
+                                  "A uint8 rows + B box"};
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {OP_K, OP_N}, strides[1] = {OP_K * 4};
+    const cuuint32_t box[2] = {32, 64}, unit[2] = {1, 1};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess || found != cudaDriverEntryPointSuccess ||
+        ((PFN_cuTensorMapEncodeTiled_v12000)fn)(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, g_w1, dims, strides, box,
+            unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+        for (const char* f : forms)
+            emit("operands", f, blocks, threads, 0, "\"skipped\": \"the driver gives no tensor-map encoder\"");
+        return;
+    }
+    operand_form<true, false, float>(forms[0], map, blocks, threads);
+    operand_form<false, true, float>(forms[1], map, blocks, threads);
+    operand_form<false, true, uint8_t>(forms[2], map, blocks, threads);
+    operand_form<true, true, float>(forms[3], map, blocks, threads);
+    operand_form<true, true, uint8_t>(forms[4], map, blocks, threads);
+}
+
 int main() {
     cudaDeviceProp prop;
     FL_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -320,5 +444,19 @@ int main() {
     // 208 blocks, 8 K steps of 16 KB)
     pull(128, 384, 208);
     pull(208, 256, 128);
+    // x @ W1's operands: its record's grid, the producers' 256 threads issuing (W1's mirror and the rows zeros; the
+    // gathered rows' indices spread over OP_ROWS, fixed)
+    FL_CHECK(cudaMalloc(&g_w1, (size_t)OP_N * OP_K * 4));
+    FL_CHECK(cudaMemset(g_w1, 0, (size_t)OP_N * OP_K * 4));
+    for (int e = 0; e < 2; e++) {
+        const size_t bytes = (size_t)OP_ROWS * OP_K * (e ? 1 : 4);
+        FL_CHECK(cudaMalloc(&g_x[e], bytes));
+        FL_CHECK(cudaMemset(g_x[e], 0, bytes));
+    }
+    std::vector<unsigned> idx(16 * 64);
+    for (size_t i = 0; i < idx.size(); i++) idx[i] = (unsigned)((i * 2654435761u) % OP_ROWS);
+    FL_CHECK(cudaMalloc(&g_idx, idx.size() * 4));
+    FL_CHECK(cudaMemcpy(g_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+    operands(128, 256);
     return 0;
 }

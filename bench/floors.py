@@ -7,7 +7,9 @@ kernel boundary in a CUDA graph (plain or programmatic launch) and as a grid-wid
 persistent kernel, with 0, 16 or 64 KB pulled a block a phase; `pull` — how fast every block of a grid pulls
 its own L2-resident bytes by 16-byte loads into registers, cp.async, TMA bulk copies of 16 KB, and TMA bulk
 copies of 256 or 128 bytes (one gathered row a copy), at the grids and bytes a block of the MLP's batch-1000
-tf32 step's two large GEMMs (x @ W1, dW1) have. docs/compiler.md reads the step's timeline against them.
+tf32 step's two large GEMMs (x @ W1, dW1) have; `operands` — x @ W1's K steps pulled as its kernel pulls them
+(B by one TMA tensor copy a step, A's gathered rows by cp.async, as floats or as uint8 bytes), each alone and
+together. docs/compiler.md reads the step's timeline against them.
 `run()` is what `make bench` calls (the `floors` section); needs a GPU of compute capability 9.0 and nvcc.
 """
 from __future__ import annotations
@@ -65,7 +67,7 @@ def run(workdir: str | None = None) -> dict:
 
 def table_rows(result: dict) -> list[dict]:
     """run()'s result as rows of bench/report.py's table (section "floors"): the step column holds a phase's
-    time (boundary) or the pull's time beyond an empty launch (pull)."""
+    time (boundary) or the pull's time beyond an empty launch (pull, operands: a launch's K steps)."""
     from .report import row, skipped
     rows = []
     for r in result["rows"]:
@@ -74,9 +76,14 @@ def table_rows(result: dict) -> list[dict]:
             note = "a phase: kernel boundary in one graph" if r["form"] != "persistent" else \
                 "a phase: grid-wide barrier in one kernel"
         else:
-            model = f"L2 pull {r['blocks']}x{r['threads']}, {r['kb']} KB a block"
-            note = (f"{r['tb_per_s']:.2f} TB/s ({r['bytes'] / 1e6:.1f} MB) beyond an empty launch "
+            rate = (f"{r['tb_per_s']:.2f} TB/s ({r['bytes'] / 1e6:.1f} MB) beyond an empty launch "
                     f"({r['empty_us']:.2f} us)") if "us" in r else ""
+            if r["kind"] == "operands":
+                model = f"x @ W1 operands {r['blocks']}x{r['threads']}, {r.get('steps', '?')} K steps"
+                note = f"{r['ns_per_step']:.0f} ns a K step, {rate}" if "us" in r else ""
+            else:
+                model = f"L2 pull {r['blocks']}x{r['threads']}, {r['kb']} KB a block"
+                note = rate
         if "skipped" in r:
             rows.append(skipped("floors", model, None, r["form"], r["skipped"]))
         else:

@@ -392,7 +392,9 @@ FLOORS_OUT = "".join(json.dumps(line) + "\n" for line in [
     {"kind": "boundary", "form": "persistent", "blocks": 264, "threads": 1024, "kb": 0,
      "skipped": "264 blocks are not resident at once (1 an SM)"},
     {"kind": "pull", "form": "cp.async", "blocks": 128, "threads": 384, "kb": 208, "us": 3.6, "empty_us": 0.87,
-     "bytes": 27262976, "tb_per_s": 7.573}])
+     "bytes": 27262976, "tb_per_s": 7.573},
+    {"kind": "operands", "form": "A uint8 rows + B box", "blocks": 128, "threads": 256, "kb": 120, "steps": 12,
+     "us": 2.9, "empty_us": 1.4, "ns_per_step": 241.7, "bytes": 15728640, "tb_per_s": 5.424}])
 
 
 def test_floors_output_becomes_rows_and_errors_name_what_failed():
@@ -401,13 +403,15 @@ def test_floors_output_becomes_rows_and_errors_name_what_failed():
     could not run, skipped with its reason). An error line or a missing GPU line raises with what it said."""
     floors = bench.floors
     result = floors.parse(FLOORS_OUT)
-    assert result["gpu"] == "NVIDIA H100 80GB HBM3" and result["sms"] == 132 and len(result["rows"]) == 3
-    boundary, skipped, pull = floors.table_rows(result)
+    assert result["gpu"] == "NVIDIA H100 80GB HBM3" and result["sms"] == 132 and len(result["rows"]) == 4
+    boundary, skipped, pull, operands = floors.table_rows(result)
     assert boundary["section"] == "floors" and boundary["impl"] == "programmatic"
     assert boundary["model"] == "phase boundary 132x256, 16 KB a block" and abs(boundary["step_s"] - 1.75e-6) < 1e-12
     assert skipped["skipped"] == "264 blocks are not resident at once (1 an SM)" and "step_s" not in skipped
     assert pull["impl"] == "cp.async" and abs(pull["step_s"] - 3.6e-6) < 1e-12
     assert "7.57 TB/s (27.3 MB) beyond an empty launch (0.87 us)" in pull["note"]
+    assert operands["model"] == "x @ W1 operands 128x256, 12 K steps" and operands["impl"] == "A uint8 rows + B box"
+    assert operands["note"] == "242 ns a K step, 5.42 TB/s (15.7 MB) beyond an empty launch (1.40 us)"
     table = report.format_table(floors.table_rows(result))
     assert "[floors]" in table and "SKIPPED: 264 blocks are not resident" in table
     with pytest.raises(RuntimeError, match="compute capability 8.0: these kernels need 9.0"):
