@@ -7,8 +7,9 @@ Sections: mnist (logreg and MLP at batch 128 and 1000: gcompile fp32/tf32, PyTor
 PyTorch CUDA graph, JAX jit step, JAX scanned epoch; time to accuracy at batch 128), conv (LeNet and
 ResNet-14 at batch 128: gcompile vs PyTorch eager and CUDA graph), eltwise (a fused elementwise chain on
 256 MB vs a device copy), gemm (bench/gemm_bench.py's run(), when that file exists), floors (bench/floors.py:
-what a phase boundary and pulling a block's bytes from L2 cost on this GPU). A missing peer or example is a
-row that says why it was skipped. torch.compile runs last, while the time budget allows.
+what a phase boundary and pulling a block's bytes from L2 cost on this GPU, and x @ W1's K steps pulled as its
+kernel pulls them). A missing peer or example is a row that says why it was skipped. torch.compile runs last,
+while the time budget allows.
 """
 from __future__ import annotations
 
