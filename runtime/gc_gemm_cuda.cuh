@@ -182,6 +182,9 @@ __device__ __forceinline__ void gc_mbar_copies_arrive(void* bar) {
 __device__ __forceinline__ void gc_cluster_arrive_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
+__device__ __forceinline__ void gc_cluster_arrive_release() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void gc_cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
@@ -577,11 +580,13 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
     run_at.add(sum, [&](int q, int row, int col) { return gc_cluster_map<T>(smem, q) + row * BN + col; });
     // No block may leave while another still reads its shared memory: this block's reads are done here, so
     // it says so before its epilogue and stores; the wait comes after them, before the mirror reuses this
-    // block's bytes. It publishes nothing, so the arrive is relaxed, once the reads have their values
-    // (gc_split_runs::settle) — the release (a MEMBAR.ALL.GPU) took 1,200-2,100 cycles of the MLP's b1000 dW1
-    // (clock64 stamps; H100, its tf32 trainer 26.5 -> 25.9 us, 5 interleaved rounds, checkpoints identical).
+    // block's bytes. The arrive is a release: a relaxed one after the reads had their values
+    // (gc_split_runs::settle) was 0.6 us faster in the MLP's b1000 tf32 step but let another block's mirror
+    // overwrite rows this block was still reading when other streams' kernels ran beside it (H100: plain
+    // launches of that trainer, a variant reading dh1^T, wrote another checkpoint in 3-7 of 40 runs; with the
+    // release 0 of 40 — docs/compiler.md, "A cross-stream nondeterminism").
     run_at.settle(sum, const_cast<T*>(smem));
-    gc_cluster_arrive_relaxed();
+    gc_cluster_arrive_release();
     gc_gemm_split_rows<BM, BN, S, THREADS, CM, CN>(sum, run_at, const_cast<T*>(smem), ep, b, m0, n0, M, N, C, vc,
                                                    rank, [] { gc_cluster_wait(); }, packs);
 }
