@@ -175,8 +175,9 @@ __device__ __forceinline__ void gc_mbar_copies_arrive(void* bar) {
 }
 
 // Thread-block clusters (sm_90) in PTX: the cluster barrier (arrive, then wait with acquire; arrive and wait
-// may be apart; an arrive that publishes nothing is relaxed, one that publishes is preceded by one thread's
-// fence: gc_cluster_arrive_published), this block's rank, and the address
+// may be apart; an arrive that orders nothing is relaxed, one that publishes writes is preceded by one thread's
+// fence: gc_cluster_arrive_published, one after reads of other blocks' shared memory is every thread's release:
+// gc_cluster_arrive_release), this block's rank, and the address
 // of a shared variable in another block of the cluster (a generic pointer that plain loads read; or its
 // shared::cluster address, st.async's and remote mbarriers' operand).
 __device__ __forceinline__ void gc_cluster_arrive_relaxed() {
