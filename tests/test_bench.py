@@ -12,6 +12,7 @@ from conftest import ROOT, load_bench
 def bench_modules():
     """The bench package (conftest.load_bench) with the modules these tests use."""
     load_bench()
+    import bench.determinism
     import bench.floors
     import bench.gc_side
     import bench.jax_peers
@@ -426,3 +427,75 @@ def test_floors_source_builds(tmp_path):
     GPU machine only (make bench)."""
     exe = bench.floors.build(tmp_path)
     assert exe.exists() and exe.stat().st_size > 0
+
+
+def test_determinism_groups_checkpoints_and_names_what_differs(tmp_path):
+    """bench.determinism's comparison: runs grouped by their checkpoint's bytes, the most common first; one
+    group reports deterministic, two name the runs that differ and the tensors (how many elements, by how much)."""
+    import numpy as np
+    from gcompile import checkpoint as ck
+    det = bench.determinism
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    paths = []
+    for i, tensors in enumerate([{"W": w, "step": np.int32(5)}] * 3 + [{"W": w + np.float32(0.5) * (w > 3),
+                                                                          "step": np.int32(5)}]):
+        paths.append(tmp_path / f"run{i}.ckpt")
+        ck.write_checkpoint(paths[-1], ck.Checkpoint(dict(tensors), 7, step=5))
+    groups = det.outcomes(paths)
+    assert [len(g) for g in groups] == [3, 1] and groups[1] == [paths[3]]
+    text, same = det.report(groups, "the model")
+    assert not same
+    assert "4 runs, 2 different checkpoints (runs each: 3, 1); 1 differ from the most common" in text
+    assert "W: 2 of 6 elements differ, the largest by 0.5" in text and "step:" not in text
+    text, same = det.report(det.outcomes(paths[:3]), "the model")
+    assert same and text == "the model: 3 runs, one checkpoint: deterministic"
+
+
+@pytest.mark.skipif(not __import__("shutil").which("c++") and not __import__("shutil").which("g++"),
+                    reason="needs a C++ compiler")
+def test_determinism_runs_a_cpu_trainer(tmp_path, capsys):
+    """bench.determinism end to end on the cpu target: a small model file and dataset, three runs of the
+    standalone trainer, one checkpoint (exit 0); a failing run is exit 2 with the trainer's message."""
+    import numpy as np
+    model = tmp_path / "tiny.py"
+    model.write_text(
+        "import numpy as np\nimport gcompile as gc\n\n"
+        "def program(batch_size=8):\n"
+        "    x = gc.placeholder('x', (batch_size, 12))\n"
+        "    y = gc.placeholder('y', (batch_size,), dtype='int32')\n"
+        "    W = gc.variable('W', init=np.random.RandomState(0).normal(0, 0.1, (12, 3)).astype(np.float32))\n"
+        "    logits = x @ W\n"
+        "    return gc.Program(gc.softmax_cross_entropy(logits, y), [W], gc.SGD(lr=0.1), outputs={'logits': logits},\n"
+        "                      name='tiny')\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    r = np.random.RandomState(1)
+    for split, n in (("train", 40), ("valid", 16)):
+        np.save(data / f"{split}_images.npy", r.randint(0, 256, (n, 12)).astype(np.uint8))
+        np.save(data / f"{split}_labels.npy", r.randint(0, 3, n).astype(np.int32))
+    det = bench.determinism
+    args = [str(model), "--target", "cpu", "--batch-size", "8", "--runs", "3", "--epochs", "2", "--data", str(data)]
+    assert det.main(args) == 0
+    out = capsys.readouterr().out
+    assert "3 runs, one checkpoint: deterministic" in out and "default tiles" in out and "plain launches" in out
+    assert det.main(args[:-1] + [str(tmp_path / "nowhere")]) == 2
+    assert "run 1 of" in capsys.readouterr().err
+
+
+def test_determinism_builds_with_this_gpus_record(monkeypatch):
+    """Which tuning record bench.determinism builds with: --tuning's file, none for `--tuning none`, else on the
+    cuda target this GPU's record in bench/tuned/ for the model, batch and precision (make bench's), where it is."""
+    import argparse
+    import importlib
+    tune = importlib.import_module("gcompile.tune")   # (gcompile.tune, the attribute, is the function)
+    det = bench.determinism
+    monkeypatch.setattr(tune, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    args = argparse.Namespace(tuning=None, target="cuda", model="examples/mnist_mlp.py", batch_size=1000,
+                              precision="tf32")
+    assert det.tuning_record(args) == str(ROOT / "bench/tuned/nvidia-h100-80gb-hbm3/mnist_mlp_b1000_tf32.json")
+    assert det.tuning_record(argparse.Namespace(**{**vars(args), "batch_size": 999})) is None
+    assert det.tuning_record(argparse.Namespace(**{**vars(args), "target": "cpu"})) is None
+    assert det.tuning_record(argparse.Namespace(**{**vars(args), "tuning": "none"})) is None
+    assert det.tuning_record(argparse.Namespace(**{**vars(args), "tuning": "mine.json"})) == "mine.json"
+    monkeypatch.setattr(tune, "gpu_name", lambda: None)
+    assert det.tuning_record(args) is None
