@@ -74,16 +74,14 @@ def tuning_record(args) -> str | None:
     if args.tuning is not None:
         return None if args.tuning == "none" else args.tuning
     from gcompile.commands.model_file import default_target
-    from gcompile.tune import gpu_name, read_record
-    from .tune import record_path
+    from gcompile.tune import gpu_name
+    from .tune import gpu_record
 
     here = gpu_name()
     if (args.target or default_target()) != "cuda" or here is None or args.batch_size is None:
         return None
-    path = record_path(Path(args.model).stem, args.batch_size, args.precision, here)
-    if path.is_file() and read_record(path).get("gpu") == here:
-        return str(path)
-    return None
+    path, _ = gpu_record(Path(args.model).stem, args.batch_size, args.precision, here)
+    return str(path) if path else None
 
 
 def main(argv=None) -> int:

@@ -134,19 +134,15 @@ def tuned_artifact(task: Task, target: str, precision: str, work_dir: Path):
     """(artifact, note): the program built with its tuning record from bench/tuned/<this GPU>/ (make tune)
     where there is one, else (None, why not, or None when no GPU has a record for it)."""
     from gcompile.tune import gpu_name, read_record
-    from .tune import TUNED, record_path
+    from .tune import gpu_record
 
     here = gpu_name()
     if target != "cuda" or here is None:
         return None, None
-    path = record_path(task.model, task.batch, precision, here)
-    if not path.is_file():
-        others = sorted(p.parent.name for p in TUNED.glob(f"*/{path.name}"))
-        return None, (f"{path.name} was tuned on {', '.join(others)}, not on {here}: default tiles" if others
-                      else None)
+    path, why_not = gpu_record(task.model, task.batch, precision, here)
+    if path is None:
+        return None, why_not
     record = read_record(path)
-    if record.get("gpu") != here:
-        return None, f"{path} was tuned on {record.get('gpu')}, this GPU is {here}: default tiles"
     kwargs, _ = precision_kwargs(precision)
     try:
         artifact = gc.compile(task.program, target=target, out_dir=work_dir / f"{task.model}-b{task.batch}-"

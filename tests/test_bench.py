@@ -20,6 +20,7 @@ def bench_modules():
     import bench.run
     import bench.timeline
     import bench.timing
+    import bench.tune
     return bench
 
 
@@ -499,3 +500,22 @@ def test_determinism_builds_with_this_gpus_record(monkeypatch):
     assert det.tuning_record(argparse.Namespace(**{**vars(args), "tuning": "mine.json"})) == "mine.json"
     monkeypatch.setattr(tune, "gpu_name", lambda: None)
     assert det.tuning_record(args) is None
+
+
+def test_gpu_record_says_why_a_record_is_not_used(tmp_path):
+    """bench.tune.gpu_record (make bench's and bench.determinism's lookup): this GPU's record, else why not —
+    only other GPUs have one, or the file in this GPU's folder names another GPU — else nothing to say."""
+    import shutil
+    tune = bench.tune
+    h100 = ROOT / "bench/tuned/nvidia-h100-80gb-hbm3/mnist_mlp_b1000_tf32.json"
+    assert tune.gpu_record("mnist_mlp", 1000, "tf32", "NVIDIA H100 80GB HBM3") == (h100, None)
+    (tmp_path / "nvidia-h100-80gb-hbm3").mkdir()
+    shutil.copy(h100, tmp_path / "nvidia-h100-80gb-hbm3")
+    path, why = tune.gpu_record("mnist_mlp", 1000, "tf32", "NVIDIA H200", root=tmp_path)
+    assert path is None and why == ("mnist_mlp_b1000_tf32.json was tuned on nvidia-h100-80gb-hbm3, not on NVIDIA "
+                                    "H200: default tiles")
+    (tmp_path / "nvidia-h200").mkdir()
+    shutil.copy(h100, tmp_path / "nvidia-h200")
+    path, why = tune.gpu_record("mnist_mlp", 1000, "tf32", "NVIDIA H200", root=tmp_path)
+    assert path is None and why.endswith("was tuned on NVIDIA H100 80GB HBM3, this GPU is NVIDIA H200: default tiles")
+    assert tune.gpu_record("mnist_mlp", 64, "tf32", "NVIDIA H200", root=tmp_path) == (None, None)
