@@ -80,7 +80,7 @@ def tuning_record(args) -> str | None:
     here = gpu_name()
     if (args.target or default_target()) != "cuda" or here is None or args.batch_size is None:
         return None
-    path, _ = gpu_record(Path(args.model).stem, args.batch_size, args.precision, here)
+    path, _, _ = gpu_record(Path(args.model).stem, args.batch_size, args.precision, here)
     return str(path) if path else None
 
 

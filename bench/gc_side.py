@@ -133,16 +133,15 @@ def accuracy_fields(run: dict, target: float) -> dict:
 def tuned_artifact(task: Task, target: str, precision: str, work_dir: Path):
     """(artifact, note): the program built with its tuning record from bench/tuned/<this GPU>/ (make tune)
     where there is one, else (None, why not, or None when no GPU has a record for it)."""
-    from gcompile.tune import gpu_name, read_record
+    from gcompile.tune import gpu_name
     from .tune import gpu_record
 
     here = gpu_name()
     if target != "cuda" or here is None:
         return None, None
-    path, why_not = gpu_record(task.model, task.batch, precision, here)
+    path, record, why_not = gpu_record(task.model, task.batch, precision, here)
     if path is None:
         return None, why_not
-    record = read_record(path)
     kwargs, _ = precision_kwargs(precision)
     try:
         artifact = gc.compile(task.program, target=target, out_dir=work_dir / f"{task.model}-b{task.batch}-"

@@ -32,21 +32,22 @@ def record_path(model: str, batch: int, precision: str, gpu: str, root: Path = T
     return root / gpu_slug(gpu) / f"{model}_b{batch}_{precision}.json"
 
 
-def gpu_record(model: str, batch: int, precision: str, gpu: str, root: Path = TUNED) -> tuple[Path | None, str | None]:
+def gpu_record(model: str, batch: int, precision: str, gpu: str,
+               root: Path = TUNED) -> tuple[Path | None, dict | None, str | None]:
     """The record of (model, batch, precision) that `make bench` builds with on the GPU named `gpu`: (its path,
-    None), or (None, why not — another GPU's record only, or one that names another GPU — or None where no GPU
-    has a record for it)."""
+    the record, None), or (None, None, why not — another GPU's record only, or one that names another GPU — or
+    None where no GPU has a record for it)."""
     from gcompile.tune import read_record
 
     path = record_path(model, batch, precision, gpu, root)
     if not path.is_file():
         others = sorted(p.parent.name for p in root.glob(f"*/{path.name}"))
-        return None, (f"{path.name} was tuned on {', '.join(others)}, not on {gpu}: default tiles" if others
-                      else None)
-    tuned_on = read_record(path).get("gpu")
-    if tuned_on != gpu:
-        return None, f"{path} was tuned on {tuned_on}, this GPU is {gpu}: default tiles"
-    return path, None
+        return None, None, (f"{path.name} was tuned on {', '.join(others)}, not on {gpu}: default tiles" if others
+                            else None)
+    record = read_record(path)
+    if record.get("gpu") != gpu:
+        return None, None, f"{path} was tuned on {record.get('gpu')}, this GPU is {gpu}: default tiles"
+    return path, record, None
 
 
 def main(argv=None) -> int:

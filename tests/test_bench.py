@@ -508,14 +508,15 @@ def test_gpu_record_says_why_a_record_is_not_used(tmp_path):
     import shutil
     tune = bench.tune
     h100 = ROOT / "bench/tuned/nvidia-h100-80gb-hbm3/mnist_mlp_b1000_tf32.json"
-    assert tune.gpu_record("mnist_mlp", 1000, "tf32", "NVIDIA H100 80GB HBM3") == (h100, None)
+    path, record, why = tune.gpu_record("mnist_mlp", 1000, "tf32", "NVIDIA H100 80GB HBM3")
+    assert (path, why) == (h100, None) and record["gpu"] == "NVIDIA H100 80GB HBM3" and record["kernels"]
     (tmp_path / "nvidia-h100-80gb-hbm3").mkdir()
     shutil.copy(h100, tmp_path / "nvidia-h100-80gb-hbm3")
-    path, why = tune.gpu_record("mnist_mlp", 1000, "tf32", "NVIDIA H200", root=tmp_path)
-    assert path is None and why == ("mnist_mlp_b1000_tf32.json was tuned on nvidia-h100-80gb-hbm3, not on NVIDIA "
+    path, record, why = tune.gpu_record("mnist_mlp", 1000, "tf32", "NVIDIA H200", root=tmp_path)
+    assert path is None and record is None and why == ("mnist_mlp_b1000_tf32.json was tuned on nvidia-h100-80gb-hbm3, not on NVIDIA "
                                     "H200: default tiles")
     (tmp_path / "nvidia-h200").mkdir()
     shutil.copy(h100, tmp_path / "nvidia-h200")
-    path, why = tune.gpu_record("mnist_mlp", 1000, "tf32", "NVIDIA H200", root=tmp_path)
-    assert path is None and why.endswith("was tuned on NVIDIA H100 80GB HBM3, this GPU is NVIDIA H200: default tiles")
-    assert tune.gpu_record("mnist_mlp", 64, "tf32", "NVIDIA H200", root=tmp_path) == (None, None)
+    path, record, why = tune.gpu_record("mnist_mlp", 1000, "tf32", "NVIDIA H200", root=tmp_path)
+    assert path is None and record is None and why.endswith("was tuned on NVIDIA H100 80GB HBM3, this GPU is NVIDIA H200: default tiles")
+    assert tune.gpu_record("mnist_mlp", 64, "tf32", "NVIDIA H200", root=tmp_path) == (None, None, None)
