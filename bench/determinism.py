@@ -1,6 +1,7 @@
 """Does a compiled trainer give the same bits every run? The model is built once — on the cuda target with this
-GPU's tuning record from bench/tuned/ where there is one, as `make bench` builds it — then its standalone
-trainer runs N times with the same arguments, and the checkpoints it saves are compared byte for byte.
+GPU's tuning record from bench/tuned/ where there is one, as `make bench` builds it (with its learning rate for
+the MNIST models: the records were tuned on those programs) — then its standalone trainer runs N times with the
+same arguments, and the checkpoints it saves are compared byte for byte.
 
     python3 -m bench.determinism examples/mnist_mlp.py --batch-size 1000 --precision tf32 --runs 40
 
@@ -84,6 +85,17 @@ def tuning_record(args) -> str | None:
     return str(path) if path else None
 
 
+def bench_settings(args) -> list[str]:
+    """args.set, with make bench's learning rate (bench.tasks.LR) for its MNIST models when it builds with this
+    GPU's record and --set names no lr: those records were tuned on the programs make bench builds, and the
+    learning rate is one of the program's constants (with the example's own, the record does not fit)."""
+    from .tasks import LR, TARGETS
+
+    if args.tuning is None or Path(args.model).stem not in TARGETS or any(s.startswith("lr=") for s in args.set):
+        return list(args.set)
+    return list(args.set) + [f"lr={LR}"]
+
+
 def main(argv=None) -> int:
     import gcompile as gc
     from gcompile.commands.model_file import add_model_arguments, compile_model
@@ -103,7 +115,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="determinism_") as tmp:
         work = Path(args.keep or tmp)
         work.mkdir(parents=True, exist_ok=True)
+        from_bench = args.tuning is None
         args.tuning = tuning_record(args)
+        if from_bench:
+            args.set = bench_settings(args)
         try:
             artifact = compile_model(args, out_dir=work / "build")
         except gc.GCompileError as e:
@@ -111,7 +126,7 @@ def main(argv=None) -> int:
             return 2
         mode = "CUDA graphs" if args.graphs else "plain launches"
         what = (f"{artifact.name} ({args.precision}, {Path(args.tuning).name if args.tuning else 'default tiles'}, "
-                f"{args.epochs} epochs, {mode})")
+                f"{''.join(s + ', ' for s in args.set)}{args.epochs} epochs, {mode})")
         paths = []
         for i in range(args.runs):
             path = work / f"run{i}.ckpt"

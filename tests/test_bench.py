@@ -502,6 +502,29 @@ def test_determinism_builds_with_this_gpus_record(monkeypatch):
     assert det.tuning_record(args) is None
 
 
+def test_determinism_builds_the_program_its_record_was_tuned_for():
+    """With this GPU's record, bench.determinism builds the MNIST models with make bench's learning rate (the
+    records were tuned on those programs; the example's own lr 1.0 is another program), unless --set names one:
+    every committed MNIST record then fits the program it builds (checked as gc.compile checks it)."""
+    import argparse
+    from gcompile.commands.model_file import load_program, parse_settings
+    from gcompile.pipeline import compile_program
+    det = bench.determinism
+    records = sorted((ROOT / "bench/tuned").glob("*/mnist_*_b*_*.json"))
+    assert records
+    for path in records:
+        model, batch, precision = path.stem.rsplit("_", 2)
+        args = argparse.Namespace(tuning=str(path), model=f"examples/{model}.py", set=[])
+        settings = det.bench_settings(args)
+        assert settings == [f"lr={bench.tasks.LR}"]
+        program = load_program(str(ROOT / args.model), int(batch[1:]), parse_settings(settings))
+        compile_program(program, "cuda", model, precision=precision, tuning=json.loads(path.read_text()))
+    args = argparse.Namespace(tuning=str(records[0]), model="examples/mnist_mlp.py", set=["lr=0.5"])
+    assert det.bench_settings(args) == ["lr=0.5"]
+    assert det.bench_settings(argparse.Namespace(**{**vars(args), "set": [], "tuning": None})) == []
+    assert det.bench_settings(argparse.Namespace(**{**vars(args), "set": [], "model": "examples/x.py"})) == []
+
+
 def test_gpu_record_says_why_a_record_is_not_used(tmp_path):
     """bench.tune.gpu_record (make bench's and bench.determinism's lookup): this GPU's record, else why not —
     only other GPUs have one, or the file in this GPU's folder names another GPU — else nothing to say."""
