@@ -251,3 +251,27 @@ def test_python_abi_graphs_match_plain_launches(tmp_path, monkeypatch):
     plain.time_steps(100)
     for name, value in with_graphs.params.items():
         np.testing.assert_array_equal(value, plain.params[name], err_msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_mnist_b1000_tf32_trainer_gives_one_checkpoint(mnist_dir, tmp_path, capsys):
+    """The MLP at batch 1000 on tf32 tensor cores, built as make bench builds it (this GPU's tuning record:
+    dW1 split K ways over a cluster of blocks, beside other streams' kernels): 40 runs of plain launches save
+    one checkpoint (the race of docs/compiler.md's "A cross-stream nondeterminism" showed in 1-2 of 30-40), and
+    CUDA graphs save the same tensors."""
+    import importlib
+    from conftest import ROOT, load_bench
+    load_bench()
+    det = importlib.import_module("bench.determinism")
+    args = [str(ROOT / "examples/mnist_mlp.py"), "--batch-size", "1000", "--precision", "tf32",
+            "--data", str(mnist_dir)]
+    assert det.main(args + ["--runs", "40", "--keep", str(tmp_path / "plain")]) == 0, capsys.readouterr()
+    assert det.main(args + ["--runs", "3", "--graphs", "--keep", str(tmp_path / "graphs")]) == 0, \
+        capsys.readouterr()
+    out = capsys.readouterr().out
+    print(out)
+    assert "40 runs, one checkpoint" in out and "3 runs, one checkpoint" in out
+    plain, graphs = (read_checkpoint(tmp_path / mode / "run0.ckpt") for mode in ("plain", "graphs"))
+    for name, value in graphs.tensors.items():
+        np.testing.assert_array_equal(value, plain.tensors[name], err_msg=name)
