@@ -513,9 +513,12 @@ struct gc_split_runs {
             }
         }
     }
-    // Once add's loads have their values: a store of the thread's total waits for every one of them (a load
-    // itself is done before a later barrier only with a release). Stored over the first run it read from
-    // `own`, its block's partial tile (rows no other block reads; the mirror overwrites them after the wait).
+    // Once add's loads have their values: a store of the thread's total waits for every one of them. Stored
+    // over the first run it read from `own`, its block's partial tile (rows no other block reads; the mirror
+    // overwrites them after the wait). It was meant to order the reads before a relaxed arrive, which proved
+    // not enough (gc_gemm_split_reduce); beside the release arrive it orders nothing more, but without it the
+    // MLP's b1000 fp32 step was 1.4 us slower (H100 trainer, 5 interleaved rounds: 38.86 -> 40.22 us; its dW2
+    // tile, tensor-core split 8, 80 -> 85 registers) and its tf32 step the same (25.22 / 25.21): it stays.
     template <typename T>
     __device__ __forceinline__ void settle(const T (&sum)[PER][4], T* own) const {
         int row, col;
@@ -585,7 +588,8 @@ __device__ __forceinline__ void gc_gemm_split_reduce(const T* smem, const Ep& ep
     // (gc_split_runs::settle) was 0.6 us faster in the MLP's b1000 tf32 step but let another block's mirror
     // overwrite rows this block was still reading when other streams' kernels ran beside it (H100: plain
     // launches of that trainer, a variant reading dh1^T, wrote another checkpoint in 3-7 of 40 runs; with the
-    // release 0 of 40 — docs/compiler.md, "A cross-stream nondeterminism").
+    // release 0 of 40); a CTA barrier, one thread's fence and a relaxed arrive (gc_cluster_arrive_published)
+    // kept one checkpoint too but was no faster (docs/compiler.md, "A cross-stream nondeterminism").
     run_at.settle(sum, const_cast<T*>(smem));
     gc_cluster_arrive_release();
     gc_gemm_split_rows<BM, BN, S, THREADS, CM, CN>(sum, run_at, const_cast<T*>(smem), ep, b, m0, n0, M, N, C, vc,
