@@ -256,8 +256,9 @@ def test_python_abi_graphs_match_plain_launches(tmp_path, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_mnist_b1000_tf32_trainer_gives_one_checkpoint(mnist_dir, tmp_path, capsys):
-    """The MLP at batch 1000 on tf32 tensor cores, built as make bench builds it (this GPU's tuning record:
-    dW1 split K ways over a cluster of blocks, beside other streams' kernels): 40 runs of plain launches save
+    """The MLP at batch 1000 on tf32 tensor cores, built as make bench builds it (with this GPU's tuning record
+    where bench/tuned has one — the H100's and H200's split dW1's K 4 ways over a cluster of blocks, beside other
+    streams' kernels; else the default tiles): 40 runs of plain launches save
     one checkpoint (the race of docs/compiler.md's "A cross-stream nondeterminism" showed in 1-2 of 30-40), and
     CUDA graphs save the same tensors."""
     import importlib
