@@ -69,31 +69,31 @@ def report(groups: list[list[Path]], what: str) -> tuple[str, bool]:
     return "\n".join(lines), False
 
 
-def tuning_record(args) -> str | None:
-    """The record to build with: --tuning's (none: default tiles); without one, on the cuda target with a GPU, this
-    GPU's record in bench/tuned/ for the model, batch and precision, where there is one."""
+def build_choice(args) -> tuple[str | None, list[str]]:
+    """The tuning record to build with and the model's settings (--set's): --tuning's file (none: default tiles)
+    and --set as given; without --tuning, on the cuda target with a GPU, this GPU's record in bench/tuned/ for the
+    model, batch and precision, where there is one — and with it, for make bench's MNIST models, make bench's
+    learning rate (bench.tasks.LR) unless --set names an lr: those records were tuned on the programs make bench
+    builds, and the learning rate is one of the program's constants (with the example's own the record does not
+    fit)."""
+    settings = list(args.set)
     if args.tuning is not None:
-        return None if args.tuning == "none" else args.tuning
+        return (None if args.tuning == "none" else args.tuning), settings
     from gcompile.commands.model_file import default_target
     from gcompile.tune import gpu_name
+    from .tasks import LR, TARGETS
     from .tune import gpu_record
 
     here = gpu_name()
     if (args.target or default_target()) != "cuda" or here is None or args.batch_size is None:
-        return None
-    path, _, _ = gpu_record(Path(args.model).stem, args.batch_size, args.precision, here)
-    return str(path) if path else None
-
-
-def bench_settings(args) -> list[str]:
-    """args.set, with make bench's learning rate (bench.tasks.LR) for its MNIST models when it builds with this
-    GPU's record and --set names no lr: those records were tuned on the programs make bench builds, and the
-    learning rate is one of the program's constants (with the example's own, the record does not fit)."""
-    from .tasks import LR, TARGETS
-
-    if args.tuning is None or Path(args.model).stem not in TARGETS or any(s.startswith("lr=") for s in args.set):
-        return list(args.set)
-    return list(args.set) + [f"lr={LR}"]
+        return None, settings
+    model = Path(args.model).stem
+    path, _, _ = gpu_record(model, args.batch_size, args.precision, here)
+    if path is None:
+        return None, settings
+    if model in TARGETS and not any(s.startswith("lr=") for s in settings):
+        settings.append(f"lr={LR}")
+    return str(path), settings
 
 
 def main(argv=None) -> int:
@@ -115,10 +115,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="determinism_") as tmp:
         work = Path(args.keep or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        from_bench = args.tuning is None
-        args.tuning = tuning_record(args)
-        if from_bench:
-            args.set = bench_settings(args)
+        args.tuning, args.set = build_choice(args)
         try:
             artifact = compile_model(args, out_dir=work / "build")
         except gc.GCompileError as e:

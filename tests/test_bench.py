@@ -492,37 +492,45 @@ def test_determinism_builds_with_this_gpus_record(monkeypatch):
     det = bench.determinism
     monkeypatch.setattr(tune, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
     args = argparse.Namespace(tuning=None, target="cuda", model="examples/mnist_mlp.py", batch_size=1000,
-                              precision="tf32")
-    assert det.tuning_record(args) == str(ROOT / "bench/tuned/nvidia-h100-80gb-hbm3/mnist_mlp_b1000_tf32.json")
-    assert det.tuning_record(argparse.Namespace(**{**vars(args), "batch_size": 999})) is None
-    assert det.tuning_record(argparse.Namespace(**{**vars(args), "target": "cpu"})) is None
-    assert det.tuning_record(argparse.Namespace(**{**vars(args), "tuning": "none"})) is None
-    assert det.tuning_record(argparse.Namespace(**{**vars(args), "tuning": "mine.json"})) == "mine.json"
+                              precision="tf32", set=[])
+
+    def record(**changed):
+        return det.build_choice(argparse.Namespace(**{**vars(args), **changed}))[0]
+    assert record() == str(ROOT / "bench/tuned/nvidia-h100-80gb-hbm3/mnist_mlp_b1000_tf32.json")
+    assert record(batch_size=999) is None
+    assert record(target="cpu") is None
+    assert record(tuning="none") is None
+    assert record(tuning="mine.json") == "mine.json"
     monkeypatch.setattr(tune, "gpu_name", lambda: None)
-    assert det.tuning_record(args) is None
+    assert record() is None
 
 
-def test_determinism_builds_the_program_its_record_was_tuned_for():
+def test_determinism_builds_the_program_its_record_was_tuned_for(monkeypatch):
     """With this GPU's record, bench.determinism builds the MNIST models with make bench's learning rate (the
     records were tuned on those programs; the example's own lr 1.0 is another program), unless --set names one:
-    every committed MNIST record then fits the program it builds (checked as gc.compile checks it)."""
+    every committed MNIST record then fits the program it builds (checked as gc.compile checks it). A record
+    named by --tuning, or none, leaves the settings as given."""
     import argparse
+    import importlib
     from gcompile.commands.model_file import load_program, parse_settings
     from gcompile.pipeline import compile_program
+    tune = importlib.import_module("gcompile.tune")
     det = bench.determinism
     records = sorted((ROOT / "bench/tuned").glob("*/mnist_*_b*_*.json"))
     assert records
     for path in records:
         model, batch, precision = path.stem.rsplit("_", 2)
-        args = argparse.Namespace(tuning=str(path), model=f"examples/{model}.py", set=[])
-        settings = det.bench_settings(args)
-        assert settings == [f"lr={bench.tasks.LR}"]
-        program = load_program(str(ROOT / args.model), int(batch[1:]), parse_settings(settings))
-        compile_program(program, "cuda", model, precision=precision, tuning=json.loads(path.read_text()))
-    args = argparse.Namespace(tuning=str(records[0]), model="examples/mnist_mlp.py", set=["lr=0.5"])
-    assert det.bench_settings(args) == ["lr=0.5"]
-    assert det.bench_settings(argparse.Namespace(**{**vars(args), "set": [], "tuning": None})) == []
-    assert det.bench_settings(argparse.Namespace(**{**vars(args), "set": [], "model": "examples/x.py"})) == []
+        record = json.loads(path.read_text())
+        monkeypatch.setattr(tune, "gpu_name", lambda: record["gpu"])
+        args = argparse.Namespace(tuning=None, target="cuda", model=f"examples/{model}.py",
+                                  batch_size=int(batch[1:]), precision=precision, set=[])
+        chosen, settings = det.build_choice(args)
+        assert (chosen, settings) == (str(path), [f"lr={bench.tasks.LR}"])
+        program = load_program(str(ROOT / args.model), args.batch_size, parse_settings(settings))
+        compile_program(program, "cuda", model, precision=precision, tuning=record)
+        assert det.build_choice(argparse.Namespace(**{**vars(args), "set": ["lr=0.5"]})) == (str(path), ["lr=0.5"])
+        assert det.build_choice(argparse.Namespace(**{**vars(args), "tuning": str(path)})) == (str(path), [])
+        assert det.build_choice(argparse.Namespace(**{**vars(args), "tuning": "none"})) == (None, [])
 
 
 def test_gpu_record_says_why_a_record_is_not_used(tmp_path):
