@@ -235,7 +235,7 @@ def run(quick: bool = False, sweep: bool = False, workdir: str | None = None, ti
     machine, rows = lines[0], lines[1:]
     for row, case in zip(rows, cases):
         row["chosen"] = case["chosen"]
-    result = {"gpu": machine["gpu"], "sms": machine["sms"], "commit": commit(), "rows": rows,
+    result = {"gpu": machine["gpu"], "sms": machine["sms"], "commit": git_commit(ROOT), "rows": rows,
               "summary": summarize(rows) if not tiles and len(precisions) == 2 else {}}
     if sweep:
         result["sweep"] = sweep_summary(rows)
@@ -326,12 +326,6 @@ def merge(base: dict, rows, result: dict) -> dict:
     measured += best.values()
     return {"gpu": base["gpu"], "commit": f"{base['commit']}; merged: {result['commit']} on {result['gpu']}",
             "source": base["source"] + " + --sweep --tiles", "model": model, "measured": measured}
-
-
-def commit() -> str:
-    """The checkout's commit, as the bench's tables name it (bench/report.py: $GCOMPILE_COMMIT, else git's HEAD,
-    '-dirty' where the tracked files differ from it)."""
-    return git_commit(ROOT)
 
 
 def table(result: dict) -> str:
