@@ -108,9 +108,15 @@ __device__ __forceinline__ float gc_byte_value(uint32_t b) { return __uint_as_fl
 // truncated to tf32 (its top 19 bits: |x - high| < 2^-10 |x|; a NaN stays one) and low = x - high (exact in
 // fp32) rounded to nearest tf32 on its bits (a carry may reach the exponent: still the nearest), so that
 // |x - high - low| <= 2^-21 |x| and |low| < 2^-10 |x|. The mma reads both whole (their low 13 bits are zero).
-// An infinite x gives a NaN low part.
+// An infinite x gives a NaN low part. NEAREST (the chains' gc_row_mma X3, where both parts go to the mma from
+// registers): high rounded to nearest tf32 on its bits instead, one instruction more, so that low takes either
+// sign: the product term a tf32-parts step leaves out, low x low, is then no more the product's own sign (a
+// shrink of ~2^-23 of each product, always the same way) but <= 2^-22 of it either way. (The GEMM tiles keep
+// the truncation: the wgmma tf32-parts tile's tensor cores read x itself from shared memory as the high part,
+// its top 19 bits, and the other tiles' sums stay those they were tuned and tested with.)
+template <bool NEAREST = false>
 __device__ __forceinline__ void gc_tf32_parts(uint32_t x, uint32_t& high, uint32_t& low) {
-    high = x & 0xffffe000u;
+    high = (NEAREST ? x + 0x1000u : x) & 0xffffe000u;
     low = (__float_as_uint(__uint_as_float(x) - __uint_as_float(high)) + 0x1000u) & 0xffffe000u;
 }
 // d += a b, one 16x8x8 tensor-core step; fresh: d = a b (the accumulator's input zero, so no wait on what d

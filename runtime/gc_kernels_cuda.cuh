@@ -724,17 +724,19 @@ __device__ __forceinline__ void gc_chain_sum_partials(const T* __restrict__ part
     __syncthreads();
 }
 
-// ---- a chain's GEMM stage on tensor cores (precision="tf32": lower.py's chain_mma) ---------------------------
+// ---- a chain's GEMM stage on tensor cores (lower.py's chain_mma) -------------------------------------------------
 // R = 8 or 16 rows of a block, transposed onto mma.sync m16n8k8 (tf32: the operands' top 19 bits, as the tf32
-// GEMM tiles take them): C^T = op(B)^T A^T, so a step's 16 x 8 A fragment is 16 of C's columns of B (read as B
-// lies, K x N or N x K with TB, from the chain's copy in shared memory, chain_staged, or global memory; its k
-// past K read as zeros) and its 8 x 8 B fragment 8 of the block's rows of A, staged in shared memory (k padded
-// to KP = 8 KT with zeros; the row stride LDA = 4 mod 8, so a fragment's 32 loads fall on 32 banks): no part of
-// a product is padding where R is 8 or 16. The block's warps take WN of the MT 16-column tiles side by side and
-// WK shares of the KT k steps: as many shares as leave each warp 2 k steps or more, 16 accumulators or fewer
-// and the stage's shared memory 40 KB or less (a warp waits on the mma's latency, not its rate: its tiles are its
-// independent sums); WK > 1 adds the shares' partial sums in share order (shared memory). Every sum has a
-// fixed order: results are the same run to run.
+// GEMM tiles take them; X3, precision="fp32": each operand as two tf32 parts, gc_tf32_parts (its high part
+// rounded to nearest), and a k step's three products low x high, high x low, high x high summed from zero, then
+// into the fp32 sums, as the short-K tf32-parts tile does: the error stays at fp32's): C^T = op(B)^T A^T, so a
+// step's 16 x 8 A fragment is 16 of C's columns of B (read as B lies, K x N or N x K with TB, from the chain's
+// copy in shared memory, chain_staged, or global memory; its k past K read as zeros) and its 8 x 8 B fragment 8
+// of the block's rows of A, staged in shared memory (k padded to KP = 8 KT with zeros; the row stride LDA = 4 mod
+// 8, so a fragment's 32 loads fall on 32 banks): no part of a product is padding where R is 8 or 16. The block's
+// warps take WN of the MT 16-column tiles side by side and WK shares of the KT k steps: as many shares as leave
+// each warp 2 k steps or more, 16 accumulators or fewer and the stage's shared memory 40 KB or less (a warp waits
+// on the mma's latency, not its rate: its tiles are its independent sums); WK > 1 adds the shares' partial sums
+// in share order (shared memory). Every sum has a fixed order: results are the same run to run.
 template <bool TB, int N, int K, int R>
 struct gc_row_mma_shape {
     static_assert(R == 16 || R == 8, "gc_row_mma: 8 or 16 rows a block");
@@ -795,10 +797,10 @@ template <class Ep> struct gc_ep_one<Ep, true> {
     __device__ __forceinline__ float apply(const Ep& ep, int m, int n, float acc) const { return ep.run1(pk, 0, m, n, acc); }
 };
 
-// Rows row0 .. row0 + R - 1 of C = ep(A @ op(B)) (M x N, K, float32) by the block on tensor cores. `smem`: the
-// block's gc_row_mma_shape::bytes of shared memory. `bar`: where B is a copy still on its way (gc_stage_copy),
-// its mbarrier, waited on once A's rows are staged (else null).
-template <bool TB, int M, int N, int K, int R, typename AL, typename Ep>
+// Rows row0 .. row0 + R - 1 of C = ep(A @ op(B)) (M x N, K, float32) by the block on tensor cores (X3: as tf32
+// parts, above). `smem`: the block's gc_row_mma_shape::bytes of shared memory. `bar`: where B is a copy still on
+// its way (gc_stage_copy), its mbarrier, waited on once A's rows are staged (else null).
+template <bool TB, int M, int N, int K, int R, bool X3 = false, typename AL, typename Ep>
 __device__ void gc_row_mma(AL a, const float* __restrict__ B, float* C, Ep ep, int row0, void* smem,
                            unsigned long long* bar = nullptr) {
     using Sh = gc_row_mma_shape<TB, N, K, R>;
@@ -849,20 +851,39 @@ __device__ void gc_row_mma(AL a, const float* __restrict__ B, float* C, Ep ep, i
         const int ks = wk * KW + s;
         if (ks >= Sh::KT) break;
         const int k = ks * 8 + t;
-        uint32_t bf[RT][2];
+        uint32_t bf[RT][2], bl[X3 ? RT : 1][2];
 #pragma unroll
         for (int h = 0; h < RT; h++) {
             bf[h][0] = __float_as_uint(arow[(h * 8 + g) * LDA + k]);
             bf[h][1] = __float_as_uint(arow[(h * 8 + g) * LDA + k + 4]);
+            if constexpr (X3) {
+                gc_tf32_parts<true>(bf[h][0], bf[h][0], bl[h][0]);
+                gc_tf32_parts<true>(bf[h][1], bf[h][1], bl[h][1]);
+            }
         }
 #pragma unroll
         for (int i = 0; i < TW; i++) {
             const int j = wn + i * WN;
             if (j < Sh::MT) {
                 const int n0 = Sh::col(Sh::SWZ, j, g), n1 = Sh::col(Sh::SWZ, j, g + 8);
-                const uint32_t af[4] = {w(k, n0), w(k, n1), w(k + 4, n0), w(k + 4, n1)};
+                uint32_t af[4] = {w(k, n0), w(k, n1), w(k + 4, n0), w(k + 4, n1)};
+                if constexpr (X3) {   // the k step's small terms first, from zero, then its sum into the fp32 one
+                    uint32_t al[4];
 #pragma unroll
-                for (int h = 0; h < RT; h++) gc_mma_tf32(acc[i * RT + h], af, bf[h]);
+                    for (int r = 0; r < 4; r++) gc_tf32_parts<true>(af[r], af[r], al[r]);
+#pragma unroll
+                    for (int h = 0; h < RT; h++) {
+                        float part[4];
+                        gc_mma_tf32(part, al, bf[h], true);
+                        gc_mma_tf32(part, af, bl[h]);
+                        gc_mma_tf32(part, af, bf[h]);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) acc[i * RT + h][e] += part[e];
+                    }
+                } else {
+#pragma unroll
+                    for (int h = 0; h < RT; h++) gc_mma_tf32(acc[i * RT + h], af, bf[h]);
+                }
             }
         }
     }

@@ -595,8 +595,8 @@ def test_a_chain_copies_its_stages_bs_into_shared_memory():
     """MLP b128 on cuda: the chain's GEMM stages read W2 (h2 = h1 W2, dh1 = dh2 W2^T) and W3 (the logits, dh2),
     which no stage writes: each chain block copies both into its shared memory when it starts (bulk copies on
     one mbarrier, gc_stage_copy), waits for them before its first GEMM stage, and the stages read them there;
-    the launch asks for the dynamic shared memory. Not where the grid has more blocks than SMs (b1000), not
-    on the cpu target."""
+    the launch asks for the dynamic shared memory. Not where the grid has more blocks than SMs (b2000: 250 of
+    8 rows), not on the cpu target."""
     from gcompile.gemm_tiles import SMS
     src = compile_program(mlp_program(128), "cuda")
     chain = src.kernels["train"][1]
@@ -622,7 +622,7 @@ def test_a_chain_copies_its_stages_bs_into_shared_memory():
         body.index("gc_chain_sum_partials<") < body.index("gc_stage_wait(&staged_bar)") < body.index("gc_reg_row_gemm<")
     assert f"gc_raise_smem<{chain.name}_kernel>(106496)" in src.source
     assert "W2, W3 copied into shared memory (106400 bytes)" in src.stages["lower"]
-    big = compile_program(mlp_program(1000), "cuda").kernels["train"][1]
+    big = compile_program(mlp_program(2000), "cuda").kernels["train"][1]
     assert big.kind == "chain" and big.values["blocks"] > SMS and not big.values["staged"]
     cpu = compile_program(mlp_program(128), "cpu")
     assert not cpu.kernels["train"][1].values["staged"] and "gc_stage_copy(" not in cpu.source
@@ -647,13 +647,14 @@ def test_the_chain_reading_its_staged_bs_gives_the_same_bits(tmp_path, monkeypat
 
 
 def test_a_chain_stage_reading_w_transposed_reads_ws_mirror():
-    """MLP b1000 on cuda (the chain's blocks outnumber the SMs: its Bs stay in global memory): dh1 = dh2 W2^T
-    (N 256, K 100) reads W2's mirror (W2^T, 100 x 256) without TB, which dW2's GEMM stores at its end and the
-    host's writes refresh; dh2 = dlogits W3^T (K 10, below CHAIN_MIRROR_MIN_K) reads W3 itself. Not at b128
-    (the chain copies W2 into shared memory and holds it in registers), not on the cpu target."""
+    """MLP b2000 on cuda (the chain's 250 blocks outnumber the SMs: its Bs stay in global memory): dh1 = dh2
+    W2^T (N 256, K 100) reads W2's mirror (W2^T, 100 x 256) without TB, which dW2's GEMM stores at its end and
+    the host's writes refresh; dh2 = dlogits W3^T (K 10, below CHAIN_MIRROR_MIN_K) reads W3 itself. Not at b128
+    (the chain copies W2 into shared memory and holds it in registers) nor b1000 (its chain on tensor cores
+    reads W2 from its copy in shared memory: chain_mma), not on the cpu target."""
     from gcompile.passes.lower import CHAIN_MIRROR_MIN_K
     assert 10 < CHAIN_MIRROR_MIN_K <= 100
-    src = compile_program(mlp_program(1000), "cuda")
+    src = compile_program(mlp_program(2000), "cuda")
     (mirror,) = src.plan.mirrors
     buf = {b.node.name: b for b in src.plan.buffers if b.node.name in ("W2", "W3")}
     offset, size = src.plan.workspaces["mirror of W2"]
@@ -668,23 +669,24 @@ def test_a_chain_stage_reading_w_transposed_reads_ws_mirror():
     assert writer.kind == "matmul" and writer.values["c_at"] == buf["W2"].offset
     assert writer.values["epilogue"]["mirror"] == offset
     assert chain.values["stages"][-1]["b_mirror"] and not chain.values["stages"][2].get("b_mirror")
-    assert f"gc_row_gemm<float, false, 1000, 256, 100, 4, true>(\n        gc_row_matrix<float>{{" in src.source
+    assert f"gc_row_gemm<float, false, 2000, 256, 100, 8, true>(\n        gc_row_matrix<float>{{" in src.source
     assert f"((const float*)(A + {offset})), " in src.source.split(f"{chain.name}_kernel(")[1].split("\n}\n")[0]
     assert f"gc_transpose((const float*)(A + {buf['W2'].offset}), (float*)(A + {offset}), 256, 100)" in src.source
     assert not compile_program(mlp_program(128), "cuda").plan.mirrors
-    assert not compile_program(mlp_program(1000), "cpu").plan.mirrors
+    assert not compile_program(mlp_program(1000), "cuda").plan.mirrors
+    assert not compile_program(mlp_program(2000), "cpu").plan.mirrors
 
 
 @pytest.mark.gpu
 def test_the_chain_reading_ws_mirror_trains_as_reading_w_does(tmp_path, monkeypatch):
-    """MLP b1000: the chain's dh1 stage on W2's mirror (a column a thread, k in order) gives the bits of the
+    """MLP b2000: the chain's dh1 stage on W2's mirror (a column a thread, k in order) gives the bits of the
     build reading W2 itself — losses, parameters and eval logits — over steps, after the host sets W2 and
     after a checkpoint's load (both refresh the mirror)."""
-    marker = "gc_row_gemm<float, false, 1000, 256, 100, 4, true>("
-    artifacts = mlp_builds_with_and_without(tmp_path, monkeypatch, marker, [], batch=1000,
+    marker = "gc_row_gemm<float, false, 2000, 256, 100, 8, true>("
+    artifacts = mlp_builds_with_and_without(tmp_path, monkeypatch, marker, [], batch=2000,
                                             constants={"CHAIN_MIRROR_MIN_K": 1 << 30})
     rng = np.random.RandomState(9)
-    x, y = rng.rand(1000, 784).astype(np.float32), rng.randint(0, 10, 1000).astype(np.int32)
+    x, y = rng.rand(2000, 784).astype(np.float32), rng.randint(0, 10, 2000).astype(np.int32)
     with gc.load(artifacts["with"]) as a, gc.load(artifacts["without"]) as b:
         def same(what):
             assert a.train_step(x, y) == b.train_step(x, y), what
@@ -764,47 +766,56 @@ def test_tf32_programs_chain_their_small_gemms_in_fp32():
     assert [k.kind for k in compile_program(logreg, "cuda", precision="tf32").kernels["train"]] == ["chain", "post"]
 
 
-def test_tf32_chains_of_a_large_batch_run_their_gemm_stages_on_tensor_cores():
-    """precision="tf32" on cuda, a chain that would take CHAIN_MMA_MIN_ROWS rows a block or more (the MLP's at
-    b1000: 4 in fp32) takes CHAIN_MMA_ROWS (8: 125 blocks and the collector, so W2 and W3 are staged in shared
-    memory and W2 has no mirror) and runs every GEMM stage on tensor cores (gc_row_mma, the first waiting for
-    the staged copy itself, after staging its A rows); the train and eval chains alike. Not in fp32, not at
-    b128 (a row a block), not on the cpu target; the wide chains of 1000 and 1001 rows too (the last block's
-    row clamped), not those of 40 and 64."""
+def test_chains_of_a_large_batch_run_their_gemm_stages_on_tensor_cores():
+    """On cuda, a chain that would take CHAIN_MMA_MIN_ROWS rows a block or more (the MLP's at b1000: 4) takes
+    CHAIN_MMA_ROWS (8: 125 blocks and the collector, so W2 and W3 are staged in shared memory and W2 has no
+    mirror) and runs every GEMM stage on tensor cores (gc_row_mma, the first waiting for the staged copy
+    itself, after staging its A rows); the train and eval chains alike; under fp32 each operand as tf32 parts
+    (gc_row_mma's X3: its error at fp32's). Not at b128 (a row a block), not where the blocks and the collector
+    outnumber the SMs (b2000), not on the cpu target; the wide chains of 1000 and 1001 rows too (the last
+    block's row clamped), not those of 40 and 64."""
+    from gcompile.gemm_tiles import SMS
     from gcompile.passes.lower import CHAIN_MMA_MIN_ROWS, CHAIN_MMA_ROWS
     assert (CHAIN_MMA_MIN_ROWS, CHAIN_MMA_ROWS) == (4, 8)
-    src = compile_program(mlp_program(1000), "cuda", precision="tf32")
-    for direction in ("train", "eval"):
-        (chain,) = [k for k in src.kernels[direction] if k.kind == "chain"]
-        gemms = [st for st in chain.values["stages"] if st["gemm"]]
-        assert chain.values["rows"] == 8 and chain.values["blocks"] == 125 and all(st["mma"] for st in gemms)
-        assert "(tensor cores)" in chain.comment and chain.values["staged"]["names"] == ["W2", "W3"]
-    assert not src.plan.mirrors
-    body = src.source.split(f"{src.kernels['train'][1].name}_kernel(unsigned char* __restrict__ A) {{")[1]
-    body = body.split("\n}\n")[0]
-    assert "gc_stage_wait(" not in body and body.count(", work, &staged_bar);") == 1
-    assert [line.split("(")[0].strip() for line in body.splitlines() if "gc_row_mma<" in line] == [
-        "gc_row_mma<false, 1000, 100, 256, 8>", "gc_row_mma<false, 1000, 10, 100, 8>",
-        "gc_row_mma<true, 1000, 100, 10, 8>", "gc_row_mma<true, 1000, 256, 100, 8>"]
-    assert "gc_row_mma_shape<false, 100, 256, 8>::bytes" in body
-    # its rows stage (softmax cross-entropy, 10 long) takes a warp a row: the block's 8 rows on its 8 warps, a
-    # lane an element, the row's sums by shuffles and the loss partials of the warps' lane 0 in row order
-    (rows,) = [st for st in src.kernels["train"][1].values["stages"] if not st["gemm"]]
-    assert rows["warp_rows"] and (rows["sx"], rows["sy"], rows["per"]) == (8, 32, 8) and not rows["element_values"]
-    stage = src.source.split(f"void {src.kernels['train'][1].name}_s2(")[1].split("\n}\n")[0]
-    assert "const int x = threadIdx.x / 32, y = threadIdx.x % 32;" in stage and "gc_reduce_columns" not in stage
-    assert stage.count("gc_reduce_lanes<float, ") == 4 and "gc_reduce_warp_leads<float, false, 8>(" in stage
-    # not the fp32 chain's, at 4 rows a block (8 warps): a thread a row
-    (fp32_rows,) = [st for st in compile_program(mlp_program(1000), "cuda").kernels["train"][1].values["stages"]
-                    if not st["gemm"]]
-    assert not fp32_rows["warp_rows"] and fp32_rows["per"] == 4 and fp32_rows["sy"] == 1
-    for program, target, precision, rows in ((mlp_program(1000), "cuda", "fp32", 4),
-                                             (mlp_program(128), "cuda", "tf32", 1),
-                                             (mlp_program(1000), "cpu", "tf32", 4)):
+    for precision in ("tf32", "fp32"):
+        src = compile_program(mlp_program(1000), "cuda", precision=precision)
+        parts = precision == "fp32"
+        for direction in ("train", "eval"):
+            (chain,) = [k for k in src.kernels[direction] if k.kind == "chain"]
+            gemms = [st for st in chain.values["stages"] if st["gemm"]]
+            assert chain.values["rows"] == 8 and chain.values["blocks"] == 125
+            assert all(st["mma"] and st["parts"] == parts for st in gemms)
+            assert ("(tensor cores, tf32 parts)" in chain.comment) == parts and "(tensor cores" in chain.comment
+            assert chain.values["staged"]["names"] == ["W2", "W3"]
+        assert not src.plan.mirrors
+        body = src.source.split(f"{src.kernels['train'][1].name}_kernel(unsigned char* __restrict__ A) {{")[1]
+        body = body.split("\n}\n")[0]
+        assert "gc_stage_wait(" not in body and body.count(", work, &staged_bar);") == 1
+        x3 = ", true" if parts else ""
+        assert [line.split("(")[0].strip() for line in body.splitlines() if "gc_row_mma<" in line] == [
+            f"gc_row_mma<false, 1000, 100, 256, 8{x3}>", f"gc_row_mma<false, 1000, 10, 100, 8{x3}>",
+            f"gc_row_mma<true, 1000, 100, 10, 8{x3}>", f"gc_row_mma<true, 1000, 256, 100, 8{x3}>"]
+        assert "gc_row_mma_shape<false, 100, 256, 8>::bytes" in body
+        # its rows stage (softmax cross-entropy, 10 long) takes a warp a row: the block's 8 rows on its 8 warps,
+        # a lane an element, the row's sums by shuffles and the loss partials of the warps' lane 0 in row order
+        (rows,) = [st for st in src.kernels["train"][1].values["stages"] if not st["gemm"]]
+        assert rows["warp_rows"] and (rows["sx"], rows["sy"], rows["per"]) == (8, 32, 8)
+        assert not rows["element_values"]
+        stage = src.source.split(f"void {src.kernels['train'][1].name}_s2(")[1].split("\n}\n")[0]
+        assert "const int x = threadIdx.x / 32, y = threadIdx.x % 32;" in stage and "gc_reduce_columns" not in stage
+        assert stage.count("gc_reduce_lanes<float, ") == 4 and "gc_reduce_warp_leads<float, false, 8>(" in stage
+    for program, target, precision, rows in ((mlp_program(128), "cuda", "tf32", 1),
+                                             (mlp_program(128), "cuda", "fp32", 1),
+                                             (mlp_program(1000), "cpu", "tf32", 4),
+                                             (mlp_program(1000), "cpu", "fp32", 4)):
         chain = compile_program(program, target, precision=precision).kernels["train"][1]
         assert chain.values["rows"] == rows and not any(st.get("mma") for st in chain.values["stages"])
         # a thread a row where a block takes fewer rows than its 8 warps, and on the cpu target
         assert not any(st["warp_rows"] for st in chain.values["stages"] if not st["gemm"])
+    for precision in ("tf32", "fp32"):   # 250 blocks of 8 rows: the fp32 row GEMMs
+        chain = compile_program(mlp_program(2000), "cuda", precision=precision).kernels["train"][1]
+        assert chain.values["rows"] == 8 and chain.values["blocks"] + 1 > SMS
+        assert not any(st.get("mma") for st in chain.values["stages"])
     # not where a GEMM stage's A is the image input read in place (logistic regression's x @ W)
     logreg = compile_program(load_example("mnist_logreg").program(batch_size=1000), "cuda", precision="tf32")
     (chain,) = [k for k in logreg.kernels["train"] if k.kind == "chain"]
@@ -828,17 +839,19 @@ def test_tf32_chains_of_a_large_batch_run_their_gemm_stages_on_tensor_cores():
             and all(st["mma"] for st in k.values["stages"] if st["gemm"])} == {1000, 1001}
 
 
-def test_tensor_core_chains_compile_with_nvcc(tmp_path):
+@pytest.mark.parametrize("precision", ["tf32", "fp32"])
+def test_tensor_core_chains_compile_with_nvcc(tmp_path, precision):
     """The wide chains' tensor-core stages (N 256 and 48, K 48 and 256; N 100 and 50, K 50 and 100: columns
-    interleaved where B's rows are 4 mod 32 apart; N 10) build for the GPU."""
+    interleaved where B's rows are 4 mod 32 apart; N 10) build for the GPU; under fp32 as tf32 parts (X3)."""
     if not shutil.which("nvcc"):
         pytest.skip("nvcc is not installed")
-    artifact = gc.compile(wide_chains()[0], target="cuda", out_dir=tmp_path, name="wide", precision="tf32")
+    artifact = gc.compile(wide_chains()[0], target="cuda", out_dir=tmp_path, name="wide", precision=precision)
     source = open(artifact.source).read()
     assert source.count("gc_row_mma<") == 8 and open(artifact.library, "rb").read(4) == b"\x7fELF"
+    x3 = ", true" if precision == "fp32" else ""
     for stage in ("false, 1000, 256, 48, 8", "true, 1000, 48, 256, 8", "false, 1001, 100, 50, 8",
                   "false, 1001, 10, 100, 8", "true, 1001, 50, 100, 8"):
-        assert f"gc_row_mma<{stage}>(" in source
+        assert f"gc_row_mma<{stage}{x3}>(" in source
 
 
 def tf32_wide_chain(x, w1, w2, labels):
@@ -882,8 +895,9 @@ def test_tensor_core_chains_match_numpy():
 
 def wide_chains():
     """(outputs, feeds): chains of GEMMs of more than 32 columns (gc_row_gemm's other form): relu layers and
-    their row-local backward GEMMs at 40, 1000, 1001 (4 rows a block, the last block's 1 of them; K of 50 and
-    10, not multiples of 4, and N of 50) and 64 rows (at a row a block, w1 held in registers for dx: K 50, not
+    their row-local backward GEMMs at 40, 1000, 1001 (4 rows a block on the cpu target, the last block's 1 of
+    them; K of 50 and 10, not multiples of 4, and N of 50; on cuda 8 rows a block on tensor cores, chain_mma,
+    as tf32 parts under fp32) and 64 rows (at a row a block, w1 held in registers for dx: K 50, not
     a multiple of the 8 warps); and two chains that must not form: a GEMM whose B is written
     by the GEMM before it, and an epilogue reading the earlier GEMM's result transposed."""
     r = np.random.RandomState(7)
@@ -907,7 +921,8 @@ def wide_chains():
 def test_wide_chains():
     src = compile_program(wide_chains()[0], "cuda")
     shapes = chain_shapes(src.kernels["eval"])
-    assert [s[:3] for s in shapes] == [(40, 1, 40), (64, 1, 64), (1000, 4, 250), (1001, 4, 251)]
+    # (those of 1000 and 1001 rows on tensor cores, 8 rows a block: chain_mma)
+    assert [s[:3] for s in shapes] == [(40, 1, 40), (64, 1, 64), (1000, 8, 125), (1001, 8, 126)]
     assert [(100, 64), (10, 100), "rows", (100, 10), (64, 100)] in [s[3] for s in shapes]
     assert [(100, 50), (10, 100), "rows", (100, 10), (50, 100)] in [s[3] for s in shapes]
     assert all(48 not in (k.values["m"],) for k in src.kernels["eval"] if k.kind == "chain")

@@ -34,10 +34,12 @@ BLOCK = 256                      # threads per block of every fused kernel (GC_B
 # 24.2 us with a row a block (128 blocks), 25.0 with 2; at batch 1000 62.2 with 8 rows (125 blocks), 59.2 with 4.
 CHAIN_BLOCKS = 256
 CHAIN_MAX_ROWS = 8
-# precision="tf32": a chain that takes CHAIN_MMA_MIN_ROWS rows a block or more runs its GEMM stages on tensor
-# cores (chain_mma, gc_row_mma) at CHAIN_MMA_ROWS rows a block, its rows stages' element values in registers
-# (ELEMENT_REGISTERS' transformation) (H100, the MLP's b1000 tf32 trainer: 33.20 us a step with the fp32 stages
-# at 4 rows, 28.77 at 8 rows, 31.29 at 16; 28.91 -> 28.28 with the element values in registers; docs/compiler.md)
+# A chain that takes CHAIN_MMA_MIN_ROWS rows a block or more runs its GEMM stages on tensor cores (chain_mma,
+# gc_row_mma) at CHAIN_MMA_ROWS rows a block, its rows stages' element values in registers (ELEMENT_REGISTERS'
+# transformation) (H100, the MLP's b1000 tf32 trainer: 33.20 us a step with the fp32 stages at 4 rows, 28.77 at
+# 8 rows, 31.29 at 16; 28.91 -> 28.28 with the element values in registers; docs/compiler.md); under fp32 each
+# operand as two tf32 parts and three products a k step (gc_row_mma's X3: the error stays at fp32's; the MLP's
+# b1000 fp32 trainer 38.86 -> 36.38 us against the fp32 stages at 4 rows)
 CHAIN_MMA_MIN_ROWS = 4
 CHAIN_MMA_ROWS = 8
 PARTIALS_MAX = 1 << 20            # bytes of a split GEMM's partial tiles a chain may sum (fold_split_sums)
@@ -246,9 +248,10 @@ class Lowering:
         on the arena's bytes, a stage reads what an earlier one wrote only at its own rows (values written at
         rows, chain.own_row_writes and own_row_reads: a block reads only the rows it computed), no stage
         writes bytes an earlier one reads, and no two stages write the same bytes; rows stages whose slices a
-        block's threads take R at a time. Under precision="tf32" a chain's GEMMs are computed in fp32 (a chain's
-        B is small, no tensor-core tile would fill: on an H100 the MLP's tf32 step at b128 was slower than its
-        fp32 one without) except where the batch is large (chain_mma): then on tensor cores, 8 rows a block.
+        block's threads take R at a time. A chain's GEMMs are computed in fp32 on the CUDA cores, under
+        precision="tf32" too (a chain's B is small, no tensor-core tile would fill: on an H100 the MLP's tf32
+        step at b128 was slower than its fp32 one without), except where the batch is large (chain_mma): then on
+        tensor cores, 8 rows a block (under fp32, each operand as two tf32 parts).
         `stages`: the chain's row stages (chain.Chain.rows); its post stages are a kernel of their own (post)."""
         m = rows_of(stages[0])
         self.name = c_name(stages[-1], index)
@@ -286,7 +289,9 @@ class Lowering:
             if gemm_of(node) is not None:
                 v = self.gemm_step(node)
                 v["gemm"], v["mma"] = True, bool(mma)
-                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']}" + (" (tensor cores)" if mma else ""))
+                v["parts"] = bool(mma) and self.precision != "tf32"   # fp32 on tensor cores: tf32 parts
+                what.append(f"GEMM {v['m']}x{v['n']} K {v['k']}" + (" (tensor cores, tf32 parts)" if v["parts"] else
+                                                                   " (tensor cores)" if mma else ""))
             else:
                 v = GroupCode(self, node.attrs["group"]).segment(f"{self.name}_s{i}", per=rows, split=True)
                 v["gemm"] = False
@@ -407,8 +412,8 @@ class Lowering:
         return None
 
     def chain_mma(self, stages: list[Node], m: int, rows: int, cap: int) -> int:
-        """cuda, precision="tf32": the rows a block (CHAIN_MMA_ROWS) where the chain's GEMM stages run on tensor
-        cores (gc_row_mma, every GEMM stage float32 and 2-D), or 0: only where the chain would take
+        """cuda: the rows a block (CHAIN_MMA_ROWS) where the chain's GEMM stages run on tensor cores (gc_row_mma,
+        every GEMM stage float32 and 2-D; under fp32 as tf32 parts, X3), or 0: only where the chain would take
         CHAIN_MMA_MIN_ROWS rows a block or more (a large batch: the MLP's b1000; at a row a block, b128, the
         fp32 warp stages are faster), its blocks and the collector fit the SMs at CHAIN_MMA_ROWS (so its Bs
         are staged, chain_staged: gc_row_mma's 16 rows, measured slower at b1000, are not used past that,
@@ -416,7 +421,7 @@ class Lowering:
         A is the image input read in place (logistic regression's x @ W: its trainer's step, H100 bench,
         16.5 us a step with the fp32 stages, 24.2 on tensor cores, each A element loaded through its row's
         index; the library step, from its input buffer, 13.58 -> 11.78)."""
-        if self.target != "cuda" or self.precision != "tf32" or rows < CHAIN_MMA_MIN_ROWS:
+        if self.target != "cuda" or rows < CHAIN_MMA_MIN_ROWS:
             return 0
         if any(gemm_of(node) is not None and (gemm_of(node)[0].dtype != "float32" or gemm_of(node)[0].ndim != 2
                                               or self.read_in_place(gemm_of(node)[1])) for node in stages):
@@ -1106,7 +1111,7 @@ def mirror_variables(kernels: dict, plan) -> None:
         W, at every step (docs/compiler.md: 7.1-7.8 us against 4.8-5.1 for the MLP's b1000 x @ W1 alone);
       * a chain's GEMM stage d @ W^T of N > 32 columns and K >= CHAIN_MIRROR_MIN_K reading W from global
         memory (not staged in shared memory, not held in registers, not on tensor cores: chain_mma; a chain of
-        more blocks than SMs, the MLP's fp32 dh1 = dh2 W2^T at b1000): it reads the mirror as B without TB, a
+        more blocks than SMs, the MLP's dh1 = dh2 W2^T at b2000): it reads the mirror as B without TB, a
         thread still one column summing k in order (gc_row_gemm's ONE: the same sums, the same bits), a warp's
         loads one 128-byte run a k where with TB each lane read its own column's k run (32 rows apart: twice
         the L1 wavefronts). H100, b1000 tf32 trainer (docs/compiler.md): 33.57 -> 33.11 us; W3's mirror for
