@@ -111,7 +111,9 @@ __device__ __forceinline__ float gc_byte_value(uint32_t b) { return __uint_as_fl
 // An infinite x gives a NaN low part. NEAREST (the chains' gc_row_mma X3, where both parts go to the mma from
 // registers): high rounded to nearest tf32 on its bits instead, one instruction more, so that low takes either
 // sign: the product term a tf32-parts step leaves out, low x low, is then no more the product's own sign (a
-// shrink of ~2^-23 of each product, always the same way) but <= 2^-22 of it either way. (The GEMM tiles keep
+// shrink of ~2^-23 of each product, always the same way) but <= 2^-22 of it either way; an x within 2^-12 of the
+// largest float then has an infinite high part and the opposite infinite low one (the products' sum a NaN, as
+// an infinite x gives). (The GEMM tiles keep
 // the truncation: the wgmma tf32-parts tile's tensor cores read x itself from shared memory as the high part,
 // its top 19 bits, and the other tiles' sums stay those they were tuned and tested with.)
 template <bool NEAREST = false>
