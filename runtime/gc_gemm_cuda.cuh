@@ -104,18 +104,19 @@ __device__ __forceinline__ float gc_tf32(float x) {
 // 0x4B000000 | u8 is 2^23 + u8, less 2^23 — an integer and a float add instead of a conversion (I2F, a quarter of
 // the rate). The tensor-core kernels' uint8 operands (gc_gemm_tc.cuh, gc_gemm_wgmma.cuh).
 __device__ __forceinline__ float gc_byte_value(uint32_t b) { return __uint_as_float(0x4B000000u | b) - 8388608.f; }
-// An fp32 operand x as two tf32 parts (TF32 = 3 tiles, gc_gemm_tc.cuh), in four instructions: high = x
-// truncated to tf32 (its top 19 bits: |x - high| < 2^-10 |x|; a NaN stays one) and low = x - high (exact in
-// fp32) rounded to nearest tf32 on its bits (a carry may reach the exponent: still the nearest), so that
-// |x - high - low| <= 2^-21 |x| and |low| < 2^-10 |x|. The mma reads both whole (their low 13 bits are zero).
-// An infinite x gives a NaN low part. NEAREST (the chains' gc_row_mma X3, where both parts go to the mma from
-// registers): high rounded to nearest tf32 on its bits instead, one instruction more, so that low takes either
-// sign: the product term a tf32-parts step leaves out, low x low, is then no more the product's own sign (a
-// shrink of ~2^-23 of each product, always the same way) but <= 2^-22 of it either way; an x within 2^-12 of the
-// largest float then has an infinite high part and the opposite infinite low one (the products' sum a NaN, as
-// an infinite x gives). (The GEMM tiles keep
-// the truncation: the wgmma tf32-parts tile's tensor cores read x itself from shared memory as the high part,
-// its top 19 bits, and the other tiles' sums stay those they were tuned and tested with.)
+// An fp32 operand x as two tf32 parts (TF32 = 3 tiles, gc_gemm_tc.cuh), in four instructions: high = x truncated
+// to tf32 (its top 19 bits: |x - high| < 2^-10 |x|; a NaN stays one) and low = x - high (exact in fp32) rounded
+// to nearest tf32 on its bits (a carry may reach the exponent: still the nearest), so that |x - high - low| <=
+// 2^-21 |x| and |low| < 2^-10 |x|. The mma reads both whole (their low 13 bits are zero). An infinite x gives a
+// NaN low part. NEAREST (gc_row_mma X3's rows, the chains' A, whose parts go to the mma from registers): high
+// rounded to nearest tf32 on its bits instead, one instruction more, so that low takes either sign: the product
+// term a tf32-parts step leaves out, low x low, then no more has the product's own sign (with both highs
+// truncated: a shrink of ~2^-23 of each product, always the same way) but either, <= 2^-21 of it; one operand's
+// rounding is enough for that (and the rows' splits are the fewer: 2 a k step against the weights' 4 a tile). An
+// x within 2^-12 of the largest float then has an infinite high part and the opposite infinite low one (the
+// products' sum a NaN, as an infinite x gives). (The GEMM tiles keep the truncation: the wgmma tf32-parts tile's
+// tensor cores read x itself from shared memory as the high part, its top 19 bits, and the other tiles' sums stay
+// those they were tuned and tested with.)
 template <bool NEAREST = false>
 __device__ __forceinline__ void gc_tf32_parts(uint32_t x, uint32_t& high, uint32_t& low) {
     high = (NEAREST ? x + 0x1000u : x) & 0xffffe000u;

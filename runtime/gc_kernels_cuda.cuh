@@ -726,17 +726,18 @@ __device__ __forceinline__ void gc_chain_sum_partials(const T* __restrict__ part
 
 // ---- a chain's GEMM stage on tensor cores (lower.py's chain_mma) -------------------------------------------------
 // R = 8 or 16 rows of a block, transposed onto mma.sync m16n8k8 (tf32: the operands' top 19 bits, as the tf32
-// GEMM tiles take them; X3, precision="fp32": each operand as two tf32 parts, gc_tf32_parts (its high part
-// rounded to nearest), and a k step's three products low x high, high x low, high x high summed from zero, then
-// into the fp32 sums, as the short-K tf32-parts tile does: the error stays at fp32's): C^T = op(B)^T A^T, so a
-// step's 16 x 8 A fragment is 16 of C's columns of B (read as B lies, K x N or N x K with TB, from the chain's
-// copy in shared memory, chain_staged, or global memory; its k past K read as zeros) and its 8 x 8 B fragment 8
-// of the block's rows of A, staged in shared memory (k padded to KP = 8 KT with zeros; the row stride LDA = 4 mod
-// 8, so a fragment's 32 loads fall on 32 banks): no part of a product is padding where R is 8 or 16. The block's
-// warps take WN of the MT 16-column tiles side by side and WK shares of the KT k steps: as many shares as leave
-// each warp 2 k steps or more, 16 accumulators or fewer and the stage's shared memory 40 KB or less (a warp waits
-// on the mma's latency, not its rate: its tiles are its independent sums); WK > 1 adds the shares' partial sums
-// in share order (shared memory). Every sum has a fixed order: results are the same run to run.
+// GEMM tiles take them; X3, precision="fp32": each operand as two tf32 parts, gc_tf32_parts (the block's rows'
+// high parts rounded to nearest), and a k step's three products low x high, high x low, high x high summed from
+// zero, then into the fp32 sums, as the short-K tf32-parts tile does: the error stays at fp32's): C^T = op(B)^T
+// A^T, so a step's 16 x 8 A fragment is 16 of C's columns of B (read as B lies, K x N or N x K with TB, from the
+// chain's copy in shared memory, chain_staged, or global memory; its k past K read as zeros) and its 8 x 8 B
+// fragment 8 of the block's rows of A, staged in shared memory (k padded to KP = 8 KT with zeros; the row stride
+// LDA = 4 mod 8, so a fragment's 32 loads fall on 32 banks): no part of a product is padding where R is 8 or 16.
+// The block's warps take WN of the MT 16-column tiles side by side and WK shares of the KT k steps: as many
+// shares as leave each warp 2 k steps or more, 16 accumulators or fewer and the stage's shared memory 40 KB or
+// less (a warp waits on the mma's latency, not its rate: its tiles are its independent sums); WK > 1 adds the
+// shares' partial sums in share order (shared memory). Every sum has a fixed order: results are the same run to
+// run.
 template <bool TB, int N, int K, int R>
 struct gc_row_mma_shape {
     static_assert(R == 16 || R == 8, "gc_row_mma: 8 or 16 rows a block");
@@ -870,7 +871,7 @@ __device__ void gc_row_mma(AL a, const float* __restrict__ B, float* C, Ep ep, i
                 if constexpr (X3) {   // the k step's small terms first, from zero, then its sum into the fp32 one
                     uint32_t al[4];
 #pragma unroll
-                    for (int r = 0; r < 4; r++) gc_tf32_parts<true>(af[r], af[r], al[r]);
+                    for (int r = 0; r < 4; r++) gc_tf32_parts(af[r], af[r], al[r]);
 #pragma unroll
                     for (int h = 0; h < RT; h++) {
                         float part[4];

@@ -39,7 +39,7 @@ CHAIN_MAX_ROWS = 8
 # transformation) (H100, the MLP's b1000 tf32 trainer: 33.20 us a step with the fp32 stages at 4 rows, 28.77 at
 # 8 rows, 31.29 at 16; 28.91 -> 28.28 with the element values in registers; docs/compiler.md); under fp32 each
 # operand as two tf32 parts and three products a k step (gc_row_mma's X3: the error stays at fp32's; the MLP's
-# b1000 fp32 trainer 38.60 -> 36.70 us against the fp32 stages at 4 rows)
+# b1000 fp32 trainer ~38.6 -> ~36.3 us against the fp32 stages at 4 rows, docs/compiler.md)
 CHAIN_MMA_MIN_ROWS = 4
 CHAIN_MMA_ROWS = 8
 PARTIALS_MAX = 1 << 20            # bytes of a split GEMM's partial tiles a chain may sum (fold_split_sums)
