@@ -235,8 +235,8 @@ def test_a_warp_specialized_x_at_w1_reads_w1s_mirror():
     host writes W1; without such a tile there is no mirror."""
     program = mlp(1000)
     plain = compile_program(program, "cuda", "mnist_mlp", precision="tf32")
-    # (the tf32 chain's stages read W2 from its copy in shared memory, chain_mma: no W2 mirror; the fp32
-    # chain's is test_lower's)
+    # (the chain's stages read W2 from its copy in shared memory, chain_mma: no W2 mirror; a chain that reads
+    # W2's, of more blocks than SMs, is test_lower's)
     assert not plain.plan.mirrors
     assert "W1^T" not in "".join(k.comment for k in plain.kernels["train"])
     cs = compile_program(program, "cuda", "mnist_mlp", precision="tf32",
