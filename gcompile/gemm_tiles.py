@@ -62,6 +62,8 @@ class Tile:
     #                      flight at once; a warp's TM x TN tile)
     #                   6: as 2, warp-specialized (gc_gemm_ws_kernel: bm / 64 consumer warpgroups of 64 x bn and two
     #                      producer warpgroups; bk 32; A not transposed only)
+    #                   7: as 5, plain tf32 (a tf32 tile: one mma a product, the operands truncated by the tensor
+    #                      cores as the mma.sync pipeline's)
     stages: int = 0   # > 0: the pipelined kernel (cp.async, `stages` K steps deep), for large problems
     kw: int = 1       # fp32 pipelined tiles: groups of threads sharing out each K step's k (KW of gc_tile)
 
@@ -75,9 +77,20 @@ class Tile:
         return self.tf32 in (2, 4, 6)
 
     @property
+    def short_k(self) -> bool:
+        """A short K slice staged whole (gc_gemm_sk_kernel): TF32 = 5 (tf32 parts, an fp32 tile) and 7 (tf32)."""
+        return self.tf32 in (5, 7)
+
+    @property
     def parts(self) -> bool:
         """fp32 on tensor cores: each operand as tf32 parts (TF32 = 3 and 5, mma.sync; 4, wgmma)."""
         return self.tf32 in (3, 4, 5)
+
+    @property
+    def tuning_only(self) -> bool:
+        """Tiles the calibration has no figures for, which only tuning tries (alternatives): fp32 on tensor cores
+        (tf32 parts), the warp-specialized wgmma ones and the plain tf32 short-K ones."""
+        return self.parts or self.tf32 in (6, 7)
 
     def fits(self, trans_a: bool, trans_b: bool) -> bool:
         """Whether this tile computes a GEMM of these transposes: all of them, but the wgmma tf32-parts tiles
@@ -90,19 +103,20 @@ class Tile:
     @property
     def float_rows_only(self) -> bool:
         """Whether the kernel copies the image rows it reads in place straight into shared memory (cp.async),
-        so float rows only: the fp32 pipelined, the tf32 wgmma and the short-K tf32-parts (TF32 = 5) kernels.
+        so float rows only: the fp32 pipelined, the tf32 wgmma and the short-K (TF32 = 5 and 7) kernels.
         The mma.sync pipeline (tf32 and tf32 parts), the wgmma tf32-parts tiles (A transposed: its rows copied as
         bytes, converted as its fragments are read) and the register-staged kernel take uint8 rows too."""
         return self.stages > 0 and self.tf32 not in (1, 3, 4)
 
     @property
     def name(self) -> str:
-        kind = {0: "fp32", 1: "tf32", 2: "wgmma", 3: "3xtf32", 4: "3xwgmma", 5: "3xtf32sk", 6: "wgmma-ws"}[self.tf32]
+        kind = {0: "fp32", 1: "tf32", 2: "wgmma", 3: "3xtf32", 4: "3xwgmma", 5: "3xtf32sk", 6: "wgmma-ws",
+                7: "tf32sk"}[self.tf32]
         return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{kind}"
                 + (f"/cp{self.stages}" if self.stages else "") + (f"/kw{self.kw}" if self.kw > 1 else ""))
 
     def smem_bytes(self, split: int = 1) -> int:
-        if self.tf32 == 5:   # gc_sk_smem: KC = bk x stages k of each operand, rows padded (the larger layout)
+        if self.short_k:   # gc_sk_smem: KC = bk x stages k of each operand, rows padded (the larger layout)
             kc = self.bk * self.stages
             side = lambda x: max(kc * (x + 8), x * (kc + 4))  # noqa: E731
             return max(side(self.bm) + side(self.bn), (split > 1) * self.bm * self.bn) * 4
@@ -205,7 +219,11 @@ TILES = {
              # 5 stages too: 16 KB less shared memory a block than at 6, so that a block of the MLP's b1000 tf32
              # chain (~144 KB) fits beside one while it ends (streams.early_copies; docs/compiler.md)
              Tile(64, 128, 32, 64, 128, 6, stages=4), Tile(128, 64, 32, 64, 64, 6, stages=4),
-             Tile(64, 64, 32, 64, 64, 6, stages=6), Tile(64, 64, 32, 64, 64, 6, stages=5)],
+             Tile(64, 64, 32, 64, 64, 6, stages=6), Tile(64, 64, 32, 64, 64, 6, stages=5),
+             # the short-K tiles of the fp32 catalogue as plain tf32 (TF32 = 7: one mma a product): the
+             # small-batch weight gradients and split x @ W; not in the calibration: tuning tries them
+             Tile(32, 64, 64, 16, 16, 7, stages=2), Tile(32, 64, 56, 16, 16, 7, stages=2),
+             Tile(32, 32, 64, 16, 16, 7, stages=2)],
 }
 
 
@@ -309,9 +327,9 @@ def candidates(m: int, n: int, k: int, precision: str, batch: int = 1, pipelined
 
 def split_fits(tile: Tile, split: int, k: int, batch: int = 1) -> bool:
     """Whether a GEMM of K = k, `batch` times, can be split `split` ways on this tile: each split keeps at least
-    two K steps (a short-K tile, TF32 = 5, one group of bk k: it stages them all at once), and the grid's third
+    two K steps (a short-K tile, TF32 = 5 or 7, one group of bk k: it stages them all at once), and the grid's third
     dimension (batch x split) stays under its limit."""
-    steps = 1 if tile.tf32 == 5 else 2
+    steps = 1 if tile.short_k else 2
     return split == 1 or (k >= steps * split * tile.bk and batch * split <= 65535)
 
 
@@ -370,17 +388,41 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
         _, _, tile, split = min(near, key=lambda x: (x[0], x[1]))
         if (tile, split) not in out:
             out.append((tile, split))
-    # the tiles the calibration has no figures for — fp32 on tensor cores (tf32 parts), the warp-specialized
-    # tf32 wgmma ones: on a GEMM of TC_PARTS_MIN multiply-adds or more, each such tile at the two splits whose
-    # grids come nearest to a block an SM
+    # the tiles the calibration has no figures for (Tile.tuning_only): on a GEMM of TC_PARTS_MIN multiply-adds or
+    # more, each such tile at the two splits whose grids come nearest to a block an SM
     if m * n * k * max(batch, 1) >= TC_PARTS_MIN:
         for tile in TILES[precision]:
-            if not (tile.parts or tile.tf32 == 6) or not tile.fits(trans_a, trans_b) or not rows_fit(tile, 1, rows):
+            if not tile.tuning_only or not tile.fits(trans_a, trans_b) or not rows_fit(tile, 1, rows):
                 continue
             fits = sorted((s for s in tile.splits() if split_fits(tile, s, k, batch)),
                           key=lambda s: abs(math.log(blocks(tile, s) / SMS)))
             out += [(tile, s) for s in fits[:2] if (tile, s) not in out]
     return out
+
+
+# Under tf32 a weight gradient of SHORT_K_MIN_FMA multiply-adds or more over at most SHORT_K_MAX rows of the
+# batch (C = A^T B, K the batch: one round of a short-K tile's 128 k; a smaller one is a chain's post stage, or
+# keeps the sweep's tile) goes on a plain tf32 short-K tile (TF32 = 7), whatever the sweep timed for it alone:
+# in the step it runs beside a chain's post kernel (chain.post_stages), as fp32's tuned short-K tiles do, where
+# a tile of the other tf32 kinds was held back by the post kernel's blocks. H100, MLP b128 tf32 trainer, one run
+# of 5 interleaved rounds: dW1 on the mma.sync tile the sweep chose and no post kernel (dW2, dW3 and the bias
+# gradients kernels of their own) 13.94 us a step; with the post kernel 17.07; x @ W1 and dW1 on short-K tiles
+# without the post kernel 12.67, with it 11.45 (the fp32 record's build 12.35).
+SHORT_K_MAX = 128
+SHORT_K_MIN_FMA = 1 << 22
+
+
+def short_k_choice(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
+                   dtype: str = "float32") -> tuple[Tile, int] | None:
+    """(tile, split) for a GEMM that the rule above puts on a short-K tile: of those of the catalogue and their
+    splits, the grid nearest a block an SM (the first such in the catalogue's order); else None."""
+    if not (precision == "tf32" and dtype == "float32" and trans_a and not trans_b and batch == 1
+            and 0 < k <= SHORT_K_MAX and m * n * k >= SHORT_K_MIN_FMA):
+        return None
+    blocks = lambda t, s: math.ceil(m / t.bm) * math.ceil(n / t.bn) * s  # noqa: E731
+    options = [(abs(math.log(blocks(t, s) / SMS)), i, t, s) for i, t in enumerate(TILES[precision])
+               if t.short_k for s in t.splits() if split_fits(t, s, k, batch)]
+    return min(options)[2:] if options else None
 
 
 def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
@@ -397,6 +439,9 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
         raise GCompileError(f"choose_tile: negative size m={m} n={n} k={k} batch={batch}")
     if dtype == "float32" and is_large(m, n, k, batch) and not rows:
         return (LARGE_TILE if precision == "fp32" else TC_LARGE_TILE).c_type(1, m, n, k)
+    short = short_k_choice(m, n, k, trans_a, trans_b, precision, batch, dtype)
+    if short is not None:
+        return short[0].c_type(short[1], m, n, k)
     # the sweep times float32 GEMMs: its choices are not given to float64 ones (8 x 8 doubles a thread...)
     measured = (calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
                 if dtype == "float32" else None)

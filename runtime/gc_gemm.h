@@ -27,13 +27,14 @@
 //             TF32 = 6: as 2 (tf32 wgmma), warp-specialized: BM / 64 consumer warpgroups of 64 x BN (TM 64,
 //             TN = BN: 64 or 128) and two producer warpgroups that copy, BK 32 into a 128-byte-swizzled layout,
 //             mbarriers between them (gc_gemm_ws_kernel in gc_gemm_ws.cuh; A not transposed only).
+//             TF32 = 7: as 5 in plain tf32: one mma a product (a tf32 tile; gc_gemm_sk_kernel).
 //   SPLIT     > 1: K is split over a cluster of SPLIT blocks (sm_90) whose partial tiles are summed in
 //             shared memory in a fixed order (deterministic, no atomics, no extra device memory).
 //   SM SN SK  the static shape the GEMM was specialized for (0: any). Bounds checks on a dimension that the
 //             tile divides are compiled out; gc_gemm refuses a launch whose shape differs.
 //   STAGES    > 0: a pipelined kernel, operands copied to shared memory with cp.async, STAGES K steps deep:
-//             gc_gemm_pipe_kernel (fp32 FMAs) or, TF32 = 1 or 3, gc_gemm_tc_kernel (gc_gemm_tc.cuh); TF32 = 5:
-//             the STAGES groups of BK k that gc_gemm_sk_kernel copies at once;
+//             gc_gemm_pipe_kernel (fp32 FMAs) or, TF32 = 1 or 3, gc_gemm_tc_kernel (gc_gemm_tc.cuh); TF32 = 5
+//             and 7: the STAGES groups of BK k that gc_gemm_sk_kernel copies at once;
 //             0: the register-staged one (gc_gemm_kernel).
 //   KW        fp32 pipelined tiles: KW groups of (BM / TM) x (BN / TN) threads, group w computing every KW-th k
 //             of each step (k = w, w + KW, ...) into its own accumulators; group 0 adds the others' in order

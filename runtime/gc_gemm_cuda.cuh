@@ -1350,10 +1350,10 @@ static int gc_gemm_launch(const T* A, gc_rows rows, const T* B, T* C, int M, int
         if (RA && rows.u8)
             return gc_fail(GC_ERR_ARG, "gc_gemm: a %s tile reads the image input in place from float rows only, "
                            "and these are uint8 (the trainer converts them where such a tile reads them: "
-                           "GC_X_FLOAT)", Tile::TF32 == 5 ? "short-K tensor-core"
+                           "GC_X_FLOAT)", Tile::TF32 == 5 || Tile::TF32 == 7 ? "short-K tensor-core"
                            : Tile::TF32 == 2 || Tile::TF32 == 4 || Tile::TF32 == 6 ? "wgmma" : "pipelined fp32");
     }
-    if constexpr (Tile::TF32 == 5) {
+    if constexpr (Tile::TF32 == 5 || Tile::TF32 == 7) {
         return gc_gemm_sk_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);
     } else if constexpr (Tile::TF32 == 2 || Tile::TF32 == 4) {
         return gc_gemm_wg_launch<T, TA, TB, Tile, Ep, RA>(grid, cl, p);

@@ -1,17 +1,18 @@
-// gc_gemm_sk.cuh — fp32 GEMMs with a short K slice on tensor cores (tiles with TF32 = 5; gc_gemm_launch in
-// gc_gemm_cuda.cuh dispatches to gc_gemm_sk_launch here). Made for the small GEMMs of a training step at a
-// small batch, whose time is latency, not arithmetic: the weight gradients x^T g (K = the batch) and a split
-// x @ W whose splits are summed by their reader (K / SPLIT per block). The block copies its whole K slice
-// (up to KC = BK x STAGES k; longer slices go in rounds of KC) into shared memory at once — STAGES cp.async
-// groups of BK k, all in flight together — and loads its epilogue's operands meanwhile, so the block waits
-// for global memory about once; then the warps compute group after group as they land.
+// gc_gemm_sk.cuh — GEMMs with a short K slice on tensor cores (tiles with TF32 = 5: fp32, and TF32 = 7: tf32;
+// gc_gemm_launch in gc_gemm_cuda.cuh dispatches to gc_gemm_sk_launch here). Made for the small GEMMs of a
+// training step at a small batch, whose time is latency, not arithmetic: the weight gradients x^T g (K = the
+// batch) and a split x @ W whose splits are summed by their reader (K / SPLIT per block). The block copies its
+// whole K slice (up to KC = BK x STAGES k; longer slices go in rounds of KC) into shared memory at once —
+// STAGES cp.async groups of BK k, all in flight together — and loads its epilogue's operands meanwhile, so the
+// block waits for global memory about once; then the warps compute group after group as they land.
 //   * A warp computes a TM x TN tile of C (TM a multiple of 16, TN of 8) with mma.sync m16n8k8 on tf32 parts:
 //     each fp32 operand split into a high and a low tf32 part (gc_tf32_parts, to 2^-21 of it) and each product
 //     as three mma (a_high b_low + a_low b_high + a_high b_high; a_low b_low, under 2^-20 of it, left out), as
 //     the TF32 = 3 tiles of gc_gemm_tc.cuh do: fp32 accuracy. Two where A's values are tf32 values already
 //     (gc_rows.exact: the trainer's gathered floats of uint8 images), a_low being zero. A group's mma sum from
 //     zero into sums of their own, added into the fp32 sums after the group (the tensor cores truncate as they
-//     accumulate).
+//     accumulate). TF32 = 7, the tf32 tiles: one mma a product on the operands as they are (the tensor cores
+//     read an fp32 operand's top 19 bits: truncated, as gc_gemm_tc_kernel's tf32 tiles), the same groups.
 //   * Each operand stays in shared memory as it lies in global memory (no transposing copies), its rows
 //     padded so that a warp's fragment reads hit 32 distinct banks: rows along k (A with TA, B without TB)
 //     padded to X + 8 words, rows along x (k contiguous) to KC + 4.
@@ -79,8 +80,10 @@ __device__ __forceinline__ void gc_sk_copy(float* s, Row&& row, const float* bas
 template <typename T, bool TA, bool TB, class Tile, class Ep, bool RA>
 __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, int x, int z, float4* smem) {
     static_assert(sizeof(T) == 4, "gc_gemm: tensor-core tiles are for float GEMMs");
+    static_assert(Tile::TF32 == 5 || Tile::TF32 == 7, "gc_gemm: short-K tiles are TF32 = 5 (parts) or 7 (tf32)");
     constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, TM = Tile::TM, TN = Tile::TN;
     constexpr int S = Tile::SPLIT, THREADS = Tile::THREADS, ST = Tile::STAGES;
+    constexpr bool PLAIN = Tile::TF32 == 7;   // tf32: one mma a product
     constexpr int MI = TM / 16, NJ = TN / 8, WM = BM / TM;
     using Sm = gc_sk_smem<TA, TB, Tile>;
     constexpr int KC = Sm::KC, LDA = Sm::LDA, LDB = Sm::LDB;
@@ -139,7 +142,7 @@ __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, 
             packs.template load<4, !Block::EM, !Block::EN, S>(p.ep, g.b, g.m0, g.n0, g.M, g.N, &acc[0][0][0], for_runs);
         first = false;
         const int groups = min(ST, (g.k_end - kr + BK - 1) / BK);
-        // group q of the round into the sums; EX: A's values are tf32 values (two mma a product)
+        // group q of the round into the sums; EX: A's values are tf32 values (two mma a product; PLAIN: one)
         auto group = [&](int q, auto ex) {
             constexpr bool EX = decltype(ex)::value;
             float part[MI][NJ][4];
@@ -160,7 +163,7 @@ __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, 
                     }
 #pragma unroll
                     for (int r = 0; r < 4; r++) {
-                        if constexpr (EX) ah[i][r] = __float_as_uint(a[r]);
+                        if constexpr (EX || PLAIN) ah[i][r] = __float_as_uint(a[r]);
                         else gc_tf32_parts(__float_as_uint(a[r]), ah[i][r], al[i][r]);
                     }
                 }
@@ -176,13 +179,19 @@ __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, 
                         b[0] = s[0], b[1] = s[4 * LDB];
                     }
                     uint32_t bh[2], bl[2];
-                    gc_tf32_parts(__float_as_uint(b[0]), bh[0], bl[0]);
-                    gc_tf32_parts(__float_as_uint(b[1]), bh[1], bl[1]);
+                    if constexpr (PLAIN) {
+                        bh[0] = __float_as_uint(b[0]), bh[1] = __float_as_uint(b[1]);
 #pragma unroll
-                    for (int i = 0; i < MI; i++) {   // the small terms first
-                        gc_mma_tf32(part[i][j], ah[i], bl, k8 == 0);
-                        if constexpr (!EX) gc_mma_tf32(part[i][j], al[i], bh);
-                        gc_mma_tf32(part[i][j], ah[i], bh);
+                        for (int i = 0; i < MI; i++) gc_mma_tf32(part[i][j], ah[i], bh, k8 == 0);
+                    } else {
+                        gc_tf32_parts(__float_as_uint(b[0]), bh[0], bl[0]);
+                        gc_tf32_parts(__float_as_uint(b[1]), bh[1], bl[1]);
+#pragma unroll
+                        for (int i = 0; i < MI; i++) {   // the small terms first
+                            gc_mma_tf32(part[i][j], ah[i], bl, k8 == 0);
+                            if constexpr (!EX) gc_mma_tf32(part[i][j], al[i], bh);
+                            gc_mma_tf32(part[i][j], ah[i], bh);
+                        }
                     }
                 }
             }
@@ -192,7 +201,7 @@ __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, 
         for (int q = 0; q < groups; q++) {
             gc_cp_wait_upto<ST - 1>(ST - 1 - q);
             __syncthreads();
-            if (exact) group(q, gc_sk_bool<true>{});
+            if (PLAIN || exact) group(q, gc_sk_bool<true>{});
             else group(q, gc_sk_bool<false>{});
         }
     }

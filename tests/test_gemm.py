@@ -16,7 +16,8 @@ import pytest
 from gcompile.build import compile_flags
 from gcompile.errors import GCompileError
 from gcompile.gemm_tiles import (LARGE_TILE, TC_LARGE_TILE, TILES, Tile, alternatives, calibration, candidates,
-                                 choose_tile, cost, is_large, tile_by_name, tuned_tile)
+                                 SHORT_K_MAX, choose_tile, cost, is_large, short_k_choice, tile_by_name,
+                                 tuned_tile)
 from gcompile.resources import package_dir
 import gemm_harness as H
 
@@ -30,17 +31,17 @@ def mlp_gemms(batch):
             (batch, 256, 100, False, True), (784, 256, batch, True, False)]
 
 
-def parts_cases(odd: str, split: str, runs: str, nans: str) -> list[H.Case]:
-    """A family of fp32-on-tensor-core tiles in every transpose case, held to the fp32 tolerances: `odd` on odd
-    shapes, `split` (a split tile, any shape) with the epilogue, `runs` (split 4, specialized for 112 x 64 x 1000)
-    with the epilogue on runs of 4 columns, `nans` with NaN operands."""
+def parts_cases(odd: str, split: str, runs: str, nans: str, tf32: bool = False) -> list[H.Case]:
+    """A family of fp32-on-tensor-core tiles in every transpose case, held to the fp32 tolerances (tf32: a family
+    of tf32 tiles, to tf32's): `odd` on odd shapes, `split` (a split tile, any shape) with the epilogue, `runs`
+    (split 4, specialized for 112 x 64 x 1000) with the epilogue on runs of 4 columns, `nans` with NaN operands."""
     out = []
     for ta in (False, True):
         for tb in (False, True):
-            out += [H.Case("float32", ta, tb, odd, 37, 53, 29, ep=True),
-                    H.Case("float32", ta, tb, split, 100, 136, 300, ep=True),
-                    H.Case("float32", ta, tb, runs, 112, 64, 1000, ep=True, runs=True),
-                    H.Case("float32", ta, tb, nans, 70, 40, 100, nans=True)]
+            out += [H.Case("float32", ta, tb, odd, 37, 53, 29, ep=True, tf32=tf32),
+                    H.Case("float32", ta, tb, split, 100, 136, 300, ep=True, tf32=tf32),
+                    H.Case("float32", ta, tb, runs, 112, 64, 1000, ep=True, runs=True, tf32=tf32),
+                    H.Case("float32", ta, tb, nans, 70, 40, 100, nans=True, tf32=tf32)]
     return out
 
 
@@ -321,6 +322,24 @@ def cases() -> list[H.Case]:
                       rows="f32", index=index, exact=exact),
                     C("float32", False, False, "gc_tile<32, 64, 56, 16, 16, 5, 8, 128, 256, 784, 2>", 128, 256, 784,
                       ep=True, rows="f32", index=index, exact=exact)]
+    # the same kernel in plain tf32 (TF32 = 7: one mma a product), held to tf32's tolerance: every transpose case,
+    # odd shapes, K past a round, split-K with the epilogue and on runs, NaN operands, batches with gaps and A
+    # unaligned; the batch-128 MLP's dW1 and x @ W1 on the catalogue's tiles with A read in place from float rows,
+    # by index or not; uint8 rows refused
+    out += parts_cases("gc_tile<32, 64, 16, 16, 16, 7, 1, 0, 0, 0, 8>",
+                       "gc_tile<32, 32, 16, 16, 16, 7, 2, 0, 0, 0, 8>",
+                       "gc_tile<32, 64, 16, 16, 32, 7, 4, 112, 64, 1000, 8>",
+                       "gc_tile<32, 64, 16, 16, 16, 7, 1, 0, 0, 0, 8>", tf32=True)
+    out += [C("float32", True, False, "gc_tile<32, 64, 16, 16, 16, 7, 1, 0, 0, 0, 8>", 33, 20, 17, batch=3,
+              sa=33 * 17 + 3, sb=20 * 17, sc=33 * 20 + 4, ep=True, tf32=True),
+            C("float32", False, True, "gc_tile<32, 32, 16, 16, 16, 7, 1, 0, 0, 0, 8>", 130, 132, 36, shift=1, tf32=True),
+            C("float32", False, False, "gc_tile<32, 64, 16, 16, 16, 7, 8, 128, 256, 784, 8>", 128, 256, 784,
+              rows="u8", expect_error="float rows only", cuda_only=True, tf32=True)]
+    for index in (True, False):
+        out += [C("float32", True, False, "gc_tile<32, 64, 64, 16, 16, 7, 1, 784, 256, 128, 2>", 784, 256, 128,
+                  rows="f32", index=index, tf32=True),
+                C("float32", False, False, "gc_tile<32, 64, 56, 16, 16, 7, 8, 128, 256, 784, 2>", 128, 256, 784,
+                  ep=True, rows="f32", index=index, tf32=True)]
     for precision in ("fp32", "tf32"):   # the MLP's GEMMs as the trainer runs them: rows by index, float ones
         for m, n, k, ta in ((1000, 256, 784, False), (784, 256, 1000, True), (128, 256, 784, False),
                             (784, 256, 128, True)):   # for a pipelined fp32 or a wgmma tile (GC_X_FLOAT), else uint8
@@ -402,8 +421,9 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
 
 def test_calibration_is_consistent():
     """Every measured tile is a catalogue tile with a split it supports, choose_tile returns it for its
-    shape, and every catalogue tile has the cost model's constants but the fp32 tensor-core (tf32 parts)
-    and the warp-specialized wgmma ones, which only tuning tries (alternatives, on large GEMMs)."""
+    shape (but for tf32 weight gradients over a short batch: a short-K tile, SHORT_K_MAX), and every catalogue
+    tile has the cost model's constants but the fp32 tensor-core (tf32 parts), the warp-specialized wgmma and
+    the plain tf32 short-K ones, which only tuning tries (alternatives, on large GEMMs)."""
     data = calibration()
     assert data["measured"] and data["gpu"] and data["commit"]
     for e in data["measured"]:
@@ -413,11 +433,15 @@ def test_calibration_is_consistent():
             tile, split = LARGE_TILE, 1   # the pipelined tile comes first
         if e["precision"] == "tf32" and is_large(e["m"], e["n"], e["k"]):
             tile, split = TC_LARGE_TILE, 1   # likewise the tensor-core pipeline's
+        short = short_k_choice(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"], e["batch"])
+        if short is not None:
+            assert e["precision"] == "tf32" and e["trans_a"] and e["k"] <= SHORT_K_MAX and short[0].tf32 == 7
+            tile, split = short
         assert choose_tile(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"], e["batch"]) == \
             tile.c_type(split, e["m"], e["n"], e["k"])
     for tiles in TILES.values():
         for tile in tiles:
-            if tile.parts or tile.tf32 == 6:
+            if tile.tuning_only:
                 assert tile.name not in data["model"]["tiles"] and cost(tile, 1, 1000, 1000, 1000) == math.inf
                 continue
             assert len(data["model"]["tiles"][tile.name]) == 2
@@ -600,19 +624,20 @@ def test_cli_precision_flag(capsys):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("model", ["mnist_mlp", "mnist_logreg"])
-def test_tf32_training_step_follows_fp32(tmp_path, model):
+@pytest.mark.parametrize("model,batch", [("mnist_mlp", 1000), ("mnist_mlp", 128), ("mnist_logreg", 1000)])
+def test_tf32_training_step_follows_fp32(tmp_path, model, batch):
     """The MLP's tf32 training step at batch 1000 (its GEMMs with their fused epilogues: bias + ReLU, the
     ReLU mask, split-K; its chain's on tensor cores) tracks the fp32 step: the same losses to the tf32
-    tolerance over a few steps. So does logistic regression's (its chain, on tensor cores at 6e9c1d5 with W's
-    31 KB copy beside 33 KB of static shared memory, once failed to launch: its dynamic limit not raised)."""
+    tolerance over a few steps; so does it at batch 128 (dW1 and the post kernel's dW2 on the plain tf32
+    short-K tiles), and logistic regression's (its chain, on tensor cores at 6e9c1d5 with W's 31 KB copy
+    beside 33 KB of static shared memory, once failed to launch: its dynamic limit not raised)."""
     import gcompile as gc
     from conftest import load_example
-    program = load_example(model).program(batch_size=1000, lr=0.1)
+    program = load_example(model).program(batch_size=batch, lr=0.1)
     losses = {}
     rng = np.random.default_rng(3)
-    x = rng.random((1000, 784), dtype=np.float32)
-    y = rng.integers(0, 10, 1000).astype(np.int32)
+    x = rng.random((batch, 784), dtype=np.float32)
+    y = rng.integers(0, 10, batch).astype(np.int32)
     for precision in ("fp32", "tf32"):
         artifact = gc.compile(program, target="cuda", out_dir=tmp_path / precision, precision=precision)
         trainer = gc.load(artifact)

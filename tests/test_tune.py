@@ -118,13 +118,16 @@ def test_alternatives_are_usable_tiles_of_the_gemm():
         for precision in ("fp32", "tf32"):
             options = alternatives(m, n, k, ta, False, precision, rows=rows)
             # fp32 on tensor cores: large GEMMs only, 2 splits a tile (the wgmma ones: A^T B only; the three
-            # short-K ones, TF32 = 5, every case); likewise the warp-specialized tf32 ones (A not transposed)
+            # short-K ones, TF32 = 5, every case); likewise the warp-specialized tf32 ones (A not transposed) and
+            # the plain tf32 short-K ones (every case)
             parts = sum(t.parts for t, _ in options)
             ws = sum(t.tf32 == 6 for t, _ in options)
-            assert 6 <= len(options) - parts - ws == len(set(options)) - parts - ws <= 10
+            sk = sum(t.tf32 == 7 for t, _ in options)
+            assert 6 <= len(options) - parts - ws - sk == len(set(options)) - parts - ws - sk <= 10
             large = m * n * k >= 1 << 24
             assert parts == (18 + 2 * ta if large and precision == "fp32" else 0)
             assert ws == (2 * sum(t.tf32 == 6 for t in TILES["tf32"]) if large and precision == "tf32" and not ta else 0)
+            assert sk == (2 * sum(t.tf32 == 7 for t in TILES["tf32"]) if large and precision == "tf32" else 0)
             for tile, split in options:
                 assert tile in TILES[precision]
                 tuned_tile(tile.name, split, m, n, k, precision, rows=rows, trans_a=ta)   # raises when unusable
