@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..gemm_tiles import short_k_choice
 from ..graph import Node
 from .plan_memory import NO_KERNEL, gemm_of, step_values, storage_root, step_writes
 
@@ -42,9 +43,10 @@ CHAIN_WINDOW = 8    # the most kernels moved after a chain: the search for its n
 # dW3, dW2 and the bias gradients post stages, dW1 beside them, 22.52 -> 21.59 us a step; with dW3 and the
 # bias gradients alone (dW2 a tiled GEMM beside them) 25.33. The post kernel follows the chain on its stream
 # (launched programmatically), dW1 waits for the chain on another: the other way round, 21.68 -> 21.90 us.
-# Under tf32 a dependent left beside the post kernel is a tensor-core GEMM, which the post kernel's blocks
-# delay (MLP b128 tf32: 20.3 -> 25.1 us in make bench): there a chain takes post stages only when it takes
-# every dependent (as POST_ALL).
+# Under tf32 a dependent left beside the post kernel was a tensor-core GEMM, which the post kernel's blocks
+# delay (MLP b128 tf32: 20.3 -> 25.1 us in make bench; 13.94 -> 17.07 at 5a1e1b0, H100 trainer): there a chain
+# takes post stages only when every dependent it leaves is a GEMM on a plain tf32 short-K tile (beside_post,
+# gemm_tiles.short_k_choice), which runs beside it as fp32's short-K tiles do (11.45 us).
 POST_MAX_FMA = 1 << 22
 POST_MAX_K = 256
 POST_MAX_ELEMENTS = 1 << 17
@@ -150,11 +152,27 @@ def conflict(x: Node, y: Node) -> bool:
     return bool(wx & vy or wy & vx)
 
 
-def post_stages(stages: list[Node], after: list[Node], post_all: bool = False) -> list[Node]:
+def beside_post(node: Node, precision: str) -> bool:
+    """Whether a kernel that depends on a chain but is not one of its post stages may run beside the post
+    kernel: under fp32 any (none with POST_ALL); under tf32 a GEMM that goes on a short-K tile."""
+    if POST_ALL:
+        return False
+    if precision != "tf32":
+        return True
+    gemm = gemm_of(node)
+    if gemm is None or gemm[0].ndim != 2:
+        return False
+    matmul, a, _ = gemm
+    ta, tb = matmul.attrs["trans_a"], matmul.attrs["trans_b"]
+    return short_k_choice(*matmul.shape, a.shape[0] if ta else a.shape[1], ta, tb, precision,
+                          dtype=matmul.dtype) is not None
+
+
+def post_stages(stages: list[Node], after: list[Node], precision: str = "fp32") -> list[Node]:
     """The kernels of `after` (the schedule after the chain) that depend on the chain, directly or through
     each other, and can be post stages (post_stage), none depending on another nor conflicting with a
-    kernel of `after` it moves ahead of; none unless a GEMM is among them; with post_all, none unless every
-    dependent can be one."""
+    kernel of `after` it moves ahead of; none unless a GEMM is among them, nor unless every dependent left
+    can run beside them (beside_post)."""
     kernels = [n for n in after if n.op not in NO_KERNEL]
     written = {storage_root(w) for s in stages for w in step_writes(s)}
     dependent = []
@@ -163,7 +181,7 @@ def post_stages(stages: list[Node], after: list[Node], post_all: bool = False) -
             dependent.append(node)
             written.update(storage_root(w) for w in step_writes(node) + [node])
     post = [n for n in dependent if post_stage(n)]
-    if all(gemm_of(n) is None for n in post) or post_all and len(post) < len(dependent):
+    if all(gemm_of(n) is None for n in post) or not all(beside_post(n, precision) for n in dependent if n not in post):
         return []          # (fused groups alone: the kernel they are anyway)
     last = kernels.index(post[-1])
     stay = [n for n in kernels[:last] if n not in post]
@@ -218,7 +236,7 @@ def find_chains(order: list[Node], precision: str = "fp32") -> tuple[list[Node],
         later = [n for n in span if n in deferred or n.op == "group_output" and n.inputs[0] in deferred]
         first = [n for n in span if n not in later]
         rest = order[order.index(stages[-1]) + 1:]
-        post = post_stages(stages, later + rest, POST_ALL or precision == "tf32")
+        post = post_stages(stages, later + rest, precision)
         # a post stage moves with the views of its results (a group's outputs)
         moved = [n for n in later + rest if n in post or n.op == "group_output" and n.inputs[0] in post]
         order[j:] = first + moved + [n for n in later + rest if n not in moved]

@@ -209,7 +209,7 @@ def rows_as_floats(kernels: list, target: str) -> bool:
 
 
 def share_carveout(kernels: dict, target: str) -> None:
-    """In a step with a GEMM on a short-K tensor-core tile (TF32 = 5: up to ~60 KB of shared memory a block,
+    """In a step with a GEMM on a short-K tensor-core tile (TF32 = 5 or 7: up to ~60 KB of shared memory a block,
     asking for the largest shared-memory carveout as every kernel with dynamic shared memory does), the fused and
     post kernels ask for it too (values["carveout"]). An SM's split of L1 and shared memory is set by the blocks
     it runs; a kernel without a preference beside that GEMM got SMs configured for its own small needs, and the
@@ -219,7 +219,7 @@ def share_carveout(kernels: dict, target: str) -> None:
     if target != "cuda":
         return
     for ks in kernels.values():
-        if any(k.kind == "matmul" and Tile.parse(k.values["tile"])[0].tf32 == 5 for k in ks):
+        if any(k.kind == "matmul" and Tile.parse(k.values["tile"])[0].short_k for k in ks):
             for k in ks:
                 if k.kind in ("fused", "post"):
                     k.values["carveout"] = True

@@ -51,8 +51,9 @@ POST_OUTPUTS = 32
 # A post kernel's weight gradient of POST_SK_MIN multiply-adds or more (float32, M and N multiples of 4, A not the
 # image input) runs on the short-K tensor-core tile (gc_gemm_sk_post: 8 warps of 16 x 8, the post kernel's 256
 # threads; all of K up to 128 staged at once) instead of gc_col_gemm: the MLP's dW2 at batch 128 on 32 blocks
-# instead of 256 (docs/compiler.md).
+# instead of 256 (docs/compiler.md). Under precision tf32 its plain tf32 twin (TF32 = 7: one mma a product).
 POST_SK_TILE = Tile(32, 32, 64, 16, 8, 5, stages=2)
+POST_SK_TILES = {"fp32": POST_SK_TILE, "tf32": Tile(32, 32, 64, 16, 8, 7, stages=2)}
 POST_SK_MIN = 1 << 20
 POST_SMEM = 32768
 VECTOR = 4                       # elements per vector access of a map kernel (16 bytes of float32)
@@ -468,7 +469,7 @@ class Lowering:
         """A chain's post stages (chain.post_stages) as one kernel launched right after the chain's, or None
         where they do not qualify (they then stay kernels of their own). Each runs on its own range of blocks:
         a GEMM C = ep(A^T B) through gc_col_gemm (B the batch's rows the chain wrote, A perhaps the image
-        input read in place) on blocks of POST_OUTPUTS // N rows of C, or on POST_SK_TILE's tiles where
+        input read in place) on blocks of POST_OUTPUTS // N rows of C, or on POST_SK_TILES' tiles where
         post_short_k says so, a fused group's segments on as many blocks as each needs. On the arena's bytes no post stage may write what another reads or writes, nor
         what the chain writes."""
         self.name = c_name(after[-1], index)
@@ -486,9 +487,10 @@ class Lowering:
                 v = self.gemm_step(node)
                 v["gemm"] = True
                 if self.post_short_k(v):
-                    v["sk"] = POST_SK_TILE.c_type(1, v["m"], v["n"], v["k"])
-                    v["blocks"] = -(-v["m"] // POST_SK_TILE.bm) * -(-v["n"] // POST_SK_TILE.bn)
-                    sk_smem, on = max(sk_smem, POST_SK_TILE.smem_bytes()), f" of {POST_SK_TILE.name}"
+                    sk = POST_SK_TILES[self.precision]
+                    v["sk"] = sk.c_type(1, v["m"], v["n"], v["k"])
+                    v["blocks"] = -(-v["m"] // sk.bm) * -(-v["n"] // sk.bn)
+                    sk_smem, on = max(sk_smem, sk.smem_bytes()), f" of {sk.name}"
                 else:
                     v["rows_c"] = max(1, POST_OUTPUTS // v["n"])
                     v["blocks"], on = -(-v["m"] // v["rows_c"]), ""
@@ -525,8 +527,8 @@ class Lowering:
                       writes=writes + workspaces({"segments": segments}), fused=fused[1:])
 
     def post_short_k(self, v: dict) -> bool:
-        """Whether a post kernel's GEMM stage runs on POST_SK_TILE (above): cuda, float32, C = A^T B with M and N
-        multiples of 4 (16-byte copies) and A not the image input, at least POST_SK_MIN multiply-adds (post()
+        """Whether a post kernel's GEMM stage runs on POST_SK_TILES' tile (above): cuda, float32, C = A^T B with M
+        and N multiples of 4 (16-byte copies) and A not the image input, at least POST_SK_MIN multiply-adds (post()
         checks that the kernel's shared memory stays under the 48 KB a block gets unasked)."""
         return (self.target == "cuda" and BLOCK == POST_SK_TILE.threads and v["ctype"] == "float"
                 and v["trans_a"] and not v["trans_b"] and not v["rows"] and v["batch"] == 1
