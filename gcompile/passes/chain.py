@@ -44,9 +44,10 @@ CHAIN_WINDOW = 8    # the most kernels moved after a chain: the search for its n
 # bias gradients alone (dW2 a tiled GEMM beside them) 25.33. The post kernel follows the chain on its stream
 # (launched programmatically), dW1 waits for the chain on another: the other way round, 21.68 -> 21.90 us.
 # Under tf32 a dependent left beside the post kernel was a tensor-core GEMM, which the post kernel's blocks
-# delay (MLP b128 tf32: 20.3 -> 25.1 us in make bench; 13.94 -> 17.07 at 5a1e1b0, H100 trainer): there a chain
-# takes post stages only when every dependent it leaves is a GEMM on a plain tf32 short-K tile (beside_post,
-# gemm_tiles.short_k_choice), which runs beside it as fp32's short-K tiles do (11.45 us).
+# delay (MLP b128 tf32: 20.3 -> 25.1 us in make bench; 13.94 -> 17.07 in the H100 trainer, thirty-second
+# session): there a chain takes post stages only when every dependent it leaves is a GEMM on a plain tf32
+# short-K tile (beside_post, gemm_tiles.short_k_choice), which runs beside it as fp32's short-K tiles do (11.45
+# us).
 POST_MAX_FMA = 1 << 22
 POST_MAX_K = 256
 POST_MAX_ELEMENTS = 1 << 17
@@ -181,7 +182,8 @@ def post_stages(stages: list[Node], after: list[Node], precision: str = "fp32") 
             dependent.append(node)
             written.update(storage_root(w) for w in step_writes(node) + [node])
     post = [n for n in dependent if post_stage(n)]
-    if all(gemm_of(n) is None for n in post) or not all(beside_post(n, precision) for n in dependent if n not in post):
+    left = [n for n in dependent if n not in post]
+    if all(gemm_of(n) is None for n in post) or not all(beside_post(n, precision) for n in left):
         return []          # (fused groups alone: the kernel they are anyway)
     last = kernels.index(post[-1])
     stay = [n for n in kernels[:last] if n not in post]

@@ -530,7 +530,7 @@ class Lowering:
         """Whether a post kernel's GEMM stage runs on POST_SK_TILES' tile (above): cuda, float32, C = A^T B with M
         and N multiples of 4 (16-byte copies) and A not the image input, at least POST_SK_MIN multiply-adds (post()
         checks that the kernel's shared memory stays under the 48 KB a block gets unasked)."""
-        return (self.target == "cuda" and BLOCK == POST_SK_TILE.threads and v["ctype"] == "float"
+        return (self.target == "cuda" and BLOCK == POST_SK_TILES[self.precision].threads and v["ctype"] == "float"
                 and v["trans_a"] and not v["trans_b"] and not v["rows"] and v["batch"] == 1
                 and v["m"] % 4 == 0 and v["n"] % 4 == 0 and v["m"] * v["n"] * v["k"] >= POST_SK_MIN)
 
