@@ -139,6 +139,10 @@ class Tile:
         # then the partial tiles: K groups 1..kw-1's, the split's sum (gc_pipe_smem)
         return max(pipeline, max(self.kw - 1, split > 1) * self.bm * self.bn * 4)
 
+    def blocks(self, split: int, m: int, n: int, batch: int = 1) -> int:
+        """The grid's blocks for C (m, n), `batch` times, split `split` ways."""
+        return math.ceil(m / self.bm) * math.ceil(n / self.bn) * batch * split
+
     def splits(self) -> list[int]:
         """The splits this tile supports: the cluster's ranks share out its rows, the tile fits in smem
         (pipelined tiles: dynamic shared memory)."""
@@ -254,8 +258,7 @@ TC_PARTS_MIN = 1 << 24
 
 
 def is_large(m: int, n: int, k: int, batch: int = 1) -> bool:
-    blocks = math.ceil(m / LARGE_TILE.bm) * math.ceil(n / LARGE_TILE.bn) * batch
-    return min(m, n, k) >= LARGE and blocks >= SMS * 7 // 8
+    return min(m, n, k) >= LARGE and LARGE_TILE.blocks(1, m, n, batch) >= SMS * 7 // 8
 
 
 def check_precision(precision: str) -> str:
@@ -292,8 +295,7 @@ def measured_key(m, n, k, trans_a, trans_b, precision, batch) -> tuple:
 
 def features(tile: Tile, split: int, m: int, n: int, k: int, batch: int = 1) -> dict:
     """The quantities the cost model is linear in."""
-    blocks = math.ceil(m / tile.bm) * math.ceil(n / tile.bn) * batch * split
-    per_sm = math.ceil(blocks / SMS)
+    per_sm = math.ceil(tile.blocks(split, m, n, batch) / SMS)
     steps = max(1, math.ceil(math.ceil(k / split) / tile.bk))
     rounds = math.ceil(per_sm / min(per_sm, tile.occupancy(split)))
     return {"per_sm": per_sm, "latency_steps": steps * rounds, "throughput_steps": steps * per_sm,
@@ -364,6 +366,11 @@ def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, ba
     return tile.c_type(split, m, n, k)
 
 
+def sm_distance(tile: Tile, split: int, m: int, n: int, batch: int = 1) -> float:
+    """How far the grid is from a block an SM (|log(blocks / SMS)|): the splits tuning tries first."""
+    return abs(math.log(tile.blocks(split, m, n, max(batch, 1)) / SMS))
+
+
 def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
                  dtype: str = "float32", rows: bool = False, count: int = 6) -> list[tuple[Tile, int]]:
     """What tuning tries for one GEMM besides choose_tile's choice: the measured fastest tile (where the sweep
@@ -382,8 +389,7 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
             break
         if (tile, split) not in out:
             out.append((tile, split))
-    blocks = lambda t, s: math.ceil(m / t.bm) * math.ceil(n / t.bn) * s * max(batch, 1)  # noqa: E731
-    near = [(blocks(t, s), c, t, s) for c, t, s in usable if c <= 1.25 * usable[0][0]]
+    near = [(t.blocks(s, m, n, max(batch, 1)), c, t, s) for c, t, s in usable if c <= 1.25 * usable[0][0]]
     if near:
         _, _, tile, split = min(near, key=lambda x: (x[0], x[1]))
         if (tile, split) not in out:
@@ -395,7 +401,7 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
             if not tile.tuning_only or not tile.fits(trans_a, trans_b) or not rows_fit(tile, 1, rows):
                 continue
             fits = sorted((s for s in tile.splits() if split_fits(tile, s, k, batch)),
-                          key=lambda s: abs(math.log(blocks(tile, s) / SMS)))
+                          key=lambda s: sm_distance(tile, s, m, n, batch))
             out += [(tile, s) for s in fits[:2] if (tile, s) not in out]
     return out
 
@@ -419,8 +425,7 @@ def short_k_choice(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precisi
     if not (precision == "tf32" and dtype == "float32" and trans_a and not trans_b and batch == 1
             and 0 < k <= SHORT_K_MAX and m * n * k >= SHORT_K_MIN_FMA):
         return None
-    blocks = lambda t, s: math.ceil(m / t.bm) * math.ceil(n / t.bn) * s  # noqa: E731
-    options = [(abs(math.log(blocks(t, s) / SMS)), i, t, s) for i, t in enumerate(TILES[precision])
+    options = [(sm_distance(t, s, m, n, batch), i, t, s) for i, t in enumerate(TILES[precision])
                if t.short_k for s in t.splits() if split_fits(t, s, k, batch)]
     return min(options)[2:] if options else None
 

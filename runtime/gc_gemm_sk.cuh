@@ -142,7 +142,8 @@ __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, 
             packs.template load<4, !Block::EM, !Block::EN, S>(p.ep, g.b, g.m0, g.n0, g.M, g.N, &acc[0][0][0], for_runs);
         first = false;
         const int groups = min(ST, (g.k_end - kr + BK - 1) / BK);
-        // group q of the round into the sums; EX: A's values are tf32 values (two mma a product; PLAIN: one)
+        // group q of the round into the sums; EX: A's values are used as they are — tf32 values (two mma a
+        // product), or PLAIN (one)
         auto group = [&](int q, auto ex) {
             constexpr bool EX = decltype(ex)::value;
             float part[MI][NJ][4];
@@ -163,7 +164,7 @@ __device__ __forceinline__ void gc_gemm_sk_tile(const gc_gemm_params<T, Ep>& p, 
                     }
 #pragma unroll
                     for (int r = 0; r < 4; r++) {
-                        if constexpr (EX || PLAIN) ah[i][r] = __float_as_uint(a[r]);
+                        if constexpr (EX) ah[i][r] = __float_as_uint(a[r]);
                         else gc_tf32_parts(__float_as_uint(a[r]), ah[i][r], al[i][r]);
                     }
                 }

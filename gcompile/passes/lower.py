@@ -489,7 +489,7 @@ class Lowering:
                 if self.post_short_k(v):
                     sk = POST_SK_TILES[self.precision]
                     v["sk"] = sk.c_type(1, v["m"], v["n"], v["k"])
-                    v["blocks"] = -(-v["m"] // sk.bm) * -(-v["n"] // sk.bn)
+                    v["blocks"] = sk.blocks(1, v["m"], v["n"])
                     sk_smem, on = max(sk_smem, sk.smem_bytes()), f" of {sk.name}"
                 else:
                     v["rows_c"] = max(1, POST_OUTPUTS // v["n"])
