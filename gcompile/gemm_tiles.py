@@ -406,28 +406,53 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
     return out
 
 
-# Under tf32 a weight gradient of SHORT_K_MIN_FMA multiply-adds or more over at most SHORT_K_MAX rows of the
-# batch (C = A^T B, K the batch: one round of a short-K tile's 128 k; a smaller one is a chain's post stage, or
-# keeps the sweep's tile) goes on a plain tf32 short-K tile (TF32 = 7), whatever the sweep timed for it alone:
-# in the step it runs beside a chain's post kernel (chain.post_stages), as fp32's tuned short-K tiles do, where
-# a tile of the other tf32 kinds was held back by the post kernel's blocks. H100, MLP b128 tf32 trainer, one run
-# of 5 interleaved rounds: dW1 on the mma.sync tile the sweep chose and no post kernel (dW2, dW3 and the bias
-# gradients kernels of their own) 13.94 us a step; with the post kernel 17.07; x @ W1 and dW1 on short-K tiles
-# without the post kernel 12.67, with it 11.45 (the fp32 record's build 12.35).
+# Short-K tiles (TF32 = 5 under fp32: tf32 parts; 7 under tf32: plain) take, whatever the sweep timed for the
+# GEMM alone, two kinds of float GEMM of SHORT_K_MIN_FMA multiply-adds or more at batch 1 (under fp32, whose
+# parts triple the tensor cores' work, TC_PARTS_MIN or more, as tuning tries them: LeNet's 400 x 120 x 128
+# weight gradient, 6.1M, on one made its b128 fp32 step 113.58 -> 114.22 us, H100 trainer, 3 rounds):
+# - a weight gradient over at most SHORT_K_MAX rows of the batch (C = A^T B, K the batch: one round of a
+#   short-K tile's 128 k; a smaller one is a chain's post stage, or keeps the sweep's tile), the grid nearest a
+#   block an SM. In the step it runs beside a chain's post kernel (chain.post_stages), where a tile of the other
+#   tf32 kinds was held back by the post kernel's blocks. H100, MLP b128 tf32 trainer, one run of 5 interleaved
+#   rounds: dW1 on the mma.sync tile the sweep chose and no post kernel (dW2, dW3 and the bias gradients kernels
+#   of their own) 13.94 us a step; with the post kernel 17.07; x @ W1 and dW1 on short-K tiles without the post
+#   kernel 12.67, with it 11.45 (the fp32 record's build 12.35);
+# - x @ W over at most SHORT_K_MAX rows (A not transposed, M the batch) and a longer K, split so that each
+#   split's K slice is one round of the tile's k (a split of at most 8), where that grid comes within a factor
+#   SHORT_K_SPREAD of a block an SM: the batch-128 MLP's x @ W1, 128 x 256 x 784, split 8, 128 blocks.
+# Of a kind's (tile, split) options, the grid nearest a block an SM, then the fewest k of padding in the
+# slice's last group, then the catalogue's order. These are the tuning records' choices for the MLP at batch 128
+# (make tune, H100; bench/tuned). H100, MLP b128 trainer, 4 interleaved rounds of 4 epochs, us a step: fp32
+# with the sweep's tiles 20.56, dW1 on 3xtf32sk 14.34, x @ W1 on it 18.58, both (the record) 12.32; tf32, the
+# first rule only 11.70 (make bench's default tiles), both (the record) 11.4.
 SHORT_K_MAX = 128
 SHORT_K_MIN_FMA = 1 << 22
+SHORT_K_SPREAD = 2
 
 
 def short_k_choice(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
                    dtype: str = "float32") -> tuple[Tile, int] | None:
-    """(tile, split) for a GEMM that the rule above puts on a short-K tile: of those of the catalogue and their
-    splits, the grid nearest a block an SM (the first such in the catalogue's order); else None."""
-    if not (precision == "tf32" and dtype == "float32" and trans_a and not trans_b and batch == 1
-            and 0 < k <= SHORT_K_MAX and m * n * k >= SHORT_K_MIN_FMA):
+    """(tile, split) for a GEMM that the rules above put on a short-K tile of the precision's catalogue; else
+    None."""
+    if dtype != "float32" or batch != 1 or m * n * k < (TC_PARTS_MIN if precision == "fp32" else SHORT_K_MIN_FMA):
         return None
-    options = [(sm_distance(t, s, m, n, batch), i, t, s) for i, t in enumerate(TILES[precision])
-               if t.short_k for s in t.splits() if split_fits(t, s, k, batch)]
-    return min(options)[2:] if options else None
+    gradient = trans_a and not trans_b and 0 < k <= SHORT_K_MAX
+    split_rows = not trans_a and 0 < m <= SHORT_K_MAX < k
+    if not (gradient or split_rows):
+        return None
+
+    def slice_fits(t: Tile, s: int) -> bool:   # the split rows' rule: one round of k a split
+        return gradient or math.ceil(k / s) <= t.bk * t.stages
+
+    def padding(t: Tile, s: int) -> int:   # k of zeros in the last group of a split's slice
+        return -math.ceil(k / s) % t.bk
+
+    options = [(sm_distance(t, s, m, n), padding(t, s), i, t, s) for i, t in enumerate(TILES[precision])
+               if t.short_k for s in t.splits() if split_fits(t, s, k) and slice_fits(t, s)]
+    if not options:
+        return None
+    best = min(options)
+    return best[3:] if gradient or best[0] <= math.log(SHORT_K_SPREAD) else None
 
 
 def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,

@@ -395,6 +395,28 @@ def test_gemm_matches_numpy(target, tmp_path):
         assert max(rel_errors) <= (2e-3 if case.tf32 else 1e-5), f"{what}: relative error {max(rel_errors):.3g}"
 
 
+def test_short_k_rules_take_the_small_batch_gemms_the_records_put_there():
+    """short_k_choice: at b128 the MLP's x @ W1 (split, a K slice of one round) and dW1 (K the batch) on the
+    tiles the H100's tuning records chose, under both precisions (fp32 on the tf32-parts form); nothing under
+    fp32 below TC_PARTS_MIN multiply-adds (LeNet's 400 x 120 x 128 weight gradient: tf32 only), nothing past a
+    factor SHORT_K_SPREAD from a block an SM or without a split whose slice is one round, nothing at b1000."""
+    from gcompile.gemm_tiles import SHORT_K_SPREAD, TC_PARTS_MIN, sm_distance
+    for precision, kind in (("fp32", 5), ("tf32", 7)):
+        for (m, n, k, ta), (name, split) in (((128, 256, 784, False), ("32x64x56", 8)),
+                                             ((784, 256, 128, True), ("32x64x64", 1))):
+            tile, s = short_k_choice(m, n, k, ta, False, precision)
+            assert (tile.name.split("/")[0], s, tile.tf32) == (name, split, kind)
+            assert -(-k // s) <= tile.bk * tile.stages   # one round of k a split
+        assert short_k_choice(1000, 256, 784, False, False, precision) is None
+        assert short_k_choice(784, 256, 1000, True, False, precision) is None
+        assert short_k_choice(128, 4096, 1024, False, False, precision) is None   # 2,048 blocks at best
+        assert short_k_choice(128, 10, 4096, False, False, precision) is None     # no split of one round
+        assert short_k_choice(784, 256, 128, True, False, precision, batch=2) is None
+    assert 400 * 120 * 128 < TC_PARTS_MIN and short_k_choice(400, 120, 128, True, False, "fp32") is None
+    tile, s = short_k_choice(400, 120, 128, True, False, "tf32")
+    assert tile.tf32 == 7 and sm_distance(tile, s, 400, 120) < math.log(SHORT_K_SPREAD)
+
+
 def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
     # large float fp32 problems get the pipelined tile, whatever the transposes; float64 and tf32 do not
     for ta, tb in ((False, False), (True, True)):
@@ -412,7 +434,11 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
             for precision in ("fp32", "tf32"):
                 tile = choose_tile(m, n, k, ta, tb, precision)
                 bm, bn, bk, tm, tn, tf32, split, sm, sn, sk = map(int, re.findall(r"\d+", tile)[:10])
-                assert (sm, sn, sk) == (m, n, k) and bool(tf32) == (precision == "tf32")   # 1: mma.sync, 2: wgmma
+                # tf32: 1 mma.sync, 2 wgmma, 7 short-K; fp32 on tensor cores only on a short-K tile's tf32 parts (5),
+                # where short_k_choice puts the GEMM (at b128 x @ W1 and dW1)
+                short = short_k_choice(m, n, k, ta, tb, precision) is not None
+                assert short == (batch == 128 and m * n * k > 2e7), (m, n, k, precision)
+                assert (sm, sn, sk) == (m, n, k) and tf32 in ({5, 7} if short else {0} if precision == "fp32" else {1, 2})
                 assert (bm, bn, bk, tm, tn) != (LARGE_TILE.bm, LARGE_TILE.bn, LARGE_TILE.bk, LARGE_TILE.tm, LARGE_TILE.tn)
                 blocks = -(-m // bm) * -(-n // bn) * split
                 # small problems: enough blocks to spread over many SMs, unless the work is tiny
@@ -421,7 +447,7 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
 
 def test_calibration_is_consistent():
     """Every measured tile is a catalogue tile with a split it supports, choose_tile returns it for its
-    shape (but for tf32 weight gradients over a short batch: a short-K tile, SHORT_K_MAX), and every catalogue
+    shape (but for the GEMMs over a short batch that short_k_choice puts on a short-K tile), and every catalogue
     tile has the cost model's constants but the fp32 tensor-core (tf32 parts), the warp-specialized wgmma and
     the plain tf32 short-K ones, which only tuning tries (alternatives, on large GEMMs)."""
     data = calibration()
@@ -434,8 +460,9 @@ def test_calibration_is_consistent():
         if e["precision"] == "tf32" and is_large(e["m"], e["n"], e["k"]):
             tile, split = TC_LARGE_TILE, 1   # likewise the tensor-core pipeline's
         short = short_k_choice(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"], e["batch"])
-        if short is not None:
-            assert e["precision"] == "tf32" and e["trans_a"] and e["k"] <= SHORT_K_MAX and short[0].tf32 == 7
+        if short is not None:   # a weight gradient over a short batch, or x @ W over one with a longer K
+            assert (e["trans_a"] and e["k"] <= SHORT_K_MAX) or (not e["trans_a"] and e["m"] <= SHORT_K_MAX < e["k"])
+            assert short[0].tf32 == (7 if e["precision"] == "tf32" else 5)
             tile, split = short
         assert choose_tile(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"], e["batch"]) == \
             tile.c_type(split, e["m"], e["n"], e["k"])

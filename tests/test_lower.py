@@ -751,14 +751,15 @@ def test_a_chain_reads_the_image_input_in_place():
 def test_tf32_programs_chain_their_small_gemms_in_fp32():
     # the chain's row GEMMs compute in fp32 (gc_row_gemm has no tf32 form); x @ W1 outside keeps a tf32 tile.
     # Under tf32 the chain takes post stages only where every dependent it leaves goes on a plain tf32 short-K
-    # tile (chain.beside_post): at b128 dW1 (784 x 256 x 128) does, so the step is fp32's four kernels, dW1 and
-    # the post kernel's dW2 on TF32 = 7 tiles
+    # tile (chain.beside_post): at b128 dW1 (784 x 256 x 128) does, so the step is fp32's four kernels, x @ W1
+    # (split: short_k_choice), dW1 and the post kernel's dW2 on TF32 = 7 tiles, fp32's on their tf32-parts form
     fp32, tf32 = (compile_program(mlp_program(128), "cuda", precision=p) for p in ("fp32", "tf32"))
     assert chain_shapes(tf32.kernels["train"]) == chain_shapes(fp32.kernels["train"])
     assert [k.kind for k in fp32.kernels["train"]] == ["matmul", "chain", "post", "matmul"]
     assert [k.kind for k in tf32.kernels["train"]] == ["matmul", "chain", "post", "matmul"]
     tf32_field = [int(k.values["tile"].split("<")[1].split(",")[5]) for k in tf32.kernels["train"] if k.kind == "matmul"]
-    assert tf32_field == [2, 7]   # gc_tile's TF32: x @ W1 on wgmma, dW1 on the short-K tile
+    assert tf32_field == [7, 7]   # gc_tile's TF32: x @ W1 and dW1 on short-K tiles
+    assert [int(k.values["tile"].split("<")[1].split(",")[5]) for k in fp32.kernels["train"] if k.kind == "matmul"] == [5, 5]
     assert "gc_gemm_sk_post<gc_tile<32, 32, 64, 16, 8, 7, 1, 256, 100, 128, 2>" in tf32.source
     assert "gc_gemm_sk_post<gc_tile<32, 32, 64, 16, 8, 5, 1, 256, 100, 128, 2>" in fp32.source
     # at b256 dW1 and dW2 (K 256) would be left beside the post stages on other tensor-core tiles: none taken
