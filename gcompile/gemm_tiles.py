@@ -88,7 +88,8 @@ class Tile:
 
     @property
     def tuning_only(self) -> bool:
-        """Tiles the calibration has no figures for, which only tuning tries (alternatives): fp32 on tensor cores
+        """Tiles the calibration has no figures for, which tuning tries (alternatives) and choose_tile gives only
+        through short_k_choice (the short-K ones, at a small batch): fp32 on tensor cores
         (tf32 parts), the warp-specialized wgmma ones and the plain tf32 short-K ones."""
         return self.parts or self.tf32 in (6, 7)
 
@@ -203,7 +204,8 @@ TILES = {
              # spilled)
              Tile(64, 64, 32, 64, 64, 4, stages=4),
              # tf32 parts on a short K slice staged whole (TF32 = 5, gc_gemm_sk.cuh: 128 k in flight at once),
-             # 16 x 16 a warp: the small-batch weight gradients and split x @ W (docs/compiler.md)
+             # 16 x 16 a warp: the small-batch weight gradients and split x @ W (docs/compiler.md); not in the
+             # calibration: short_k_choice gives them, tuning tries them
              Tile(32, 64, 64, 16, 16, 5, stages=2), Tile(32, 64, 56, 16, 16, 5, stages=2),
              Tile(32, 32, 64, 16, 16, 5, stages=2)],
     "tf32": [Tile(128, 128, 16, 64, 32, 1), Tile(64, 64, 16, 32, 32, 1), Tile(64, 64, 32, 32, 32, 1),
@@ -225,7 +227,8 @@ TILES = {
              Tile(64, 128, 32, 64, 128, 6, stages=4), Tile(128, 64, 32, 64, 64, 6, stages=4),
              Tile(64, 64, 32, 64, 64, 6, stages=6), Tile(64, 64, 32, 64, 64, 6, stages=5),
              # the short-K tiles of the fp32 catalogue as plain tf32 (TF32 = 7: one mma a product): the
-             # small-batch weight gradients and split x @ W; not in the calibration: tuning tries them
+             # small-batch weight gradients and split x @ W; not in the calibration: tuning tries them, and
+             # short_k_choice gives them (as the fp32 ones, above)
              Tile(32, 64, 64, 16, 16, 7, stages=2), Tile(32, 64, 56, 16, 16, 7, stages=2),
              Tile(32, 32, 64, 16, 16, 7, stages=2)],
 }

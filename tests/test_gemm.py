@@ -438,7 +438,8 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
                 # where short_k_choice puts the GEMM (at b128 x @ W1 and dW1)
                 short = short_k_choice(m, n, k, ta, tb, precision) is not None
                 assert short == (batch == 128 and m * n * k > 2e7), (m, n, k, precision)
-                assert (sm, sn, sk) == (m, n, k) and tf32 in ({5, 7} if short else {0} if precision == "fp32" else {1, 2})
+                kinds = {5, 7} if short else {0} if precision == "fp32" else {1, 2}
+                assert (sm, sn, sk) == (m, n, k) and tf32 in kinds
                 assert (bm, bn, bk, tm, tn) != (LARGE_TILE.bm, LARGE_TILE.bn, LARGE_TILE.bk, LARGE_TILE.tm, LARGE_TILE.tn)
                 blocks = -(-m // bm) * -(-n // bn) * split
                 # small problems: enough blocks to spread over many SMs, unless the work is tiny
