@@ -426,8 +426,8 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
 # Of a kind's (tile, split) options, the grid nearest a block an SM, then the fewest k of padding in the
 # slice's last group, then the catalogue's order. These are the tuning records' choices for the MLP at batch 128
 # (make tune, H100; bench/tuned). H100, MLP b128 trainer, 4 interleaved rounds of 4 epochs, us a step: fp32
-# with the sweep's tiles 20.56, dW1 on 3xtf32sk 14.34, x @ W1 on it 18.58, both (the record) 12.32; tf32, the
-# first rule only 11.70 (make bench's default tiles), both (the record) 11.4.
+# with the sweep's tiles 20.56, dW1 on 3xtf32sk 14.34, x @ W1 on it 18.58, both (the record) 12.32; tf32 (another
+# run, 4 rounds), the first rule only 12.19, both (the record's tiles) 11.44.
 SHORT_K_MAX = 128
 SHORT_K_MIN_FMA = 1 << 22
 SHORT_K_SPREAD = 2
