@@ -9,6 +9,9 @@ The choice:
   0. large float32 fp32 problems (`is_large`: every side >= 1024, a block for at least 7/8 of the SMs) get
      LARGE_TILE, the pipelined kernel's (gc_gemm_pipe_kernel); large float32 tf32 problems get
      TC_LARGE_TILE, the tensor-core pipeline's (gc_gemm_tc_kernel) — where A is not read in place;
+  0b. rules read off the whole step's time, not a GEMM's alone (each above its function): `short_k_choice` puts
+     the GEMMs over a short batch on short-K tensor-core tiles, `tensor_core_choice` the larger x @ W reading
+     the image input in place and fp32 weight gradients on tensor-core tiles;
 otherwise, among the catalogue TILES and the splits (1, 2, 4, 8) each tile supports:
   1. measured: a float32 GEMM whose (m, n, k, transposes, precision, batch) was timed by the sweep
      (`bench/gemm_bench.py --sweep`, every candidate of every swept shape on one GPU, with the epilogue the
@@ -369,9 +372,10 @@ def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, ba
     return tile.c_type(split, m, n, k)
 
 
-def sm_distance(tile: Tile, split: int, m: int, n: int, batch: int = 1) -> float:
-    """How far the grid is from a block an SM (|log(blocks / SMS)|): the splits tuning tries first."""
-    return abs(math.log(tile.blocks(split, m, n, max(batch, 1)) / SMS))
+def sm_distance(tile: Tile, split: int, m: int, n: int, batch: int = 1, per_sm: int = 1) -> float:
+    """How far the grid is from `per_sm` blocks an SM (|log(blocks / (per_sm SMS))|): the splits tuning tries
+    first (a block an SM)."""
+    return abs(math.log(tile.blocks(split, m, n, max(batch, 1)) / (per_sm * SMS)))
 
 
 def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
@@ -458,6 +462,42 @@ def short_k_choice(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precisi
     return best[3:] if gradient or best[0] <= math.log(SHORT_K_SPREAD) else None
 
 
+# The larger float GEMMs on tensor cores, whatever the sweep timed (it timed each GEMM alone, and the
+# warp-specialized and tf32-parts tiles not at all: Tile.tuning_only): a GEMM of TC_PARTS_MIN multiply-adds or
+# more at batch 1, B not transposed, M and K above SHORT_K_MAX (the short-K rules' GEMMs stay theirs) and N at
+# least the tile's BN, that is not `is_large`:
+# - x @ W reading the image input in place (`rows`: the batch's rows gathered as they are loaded): tf32 on the
+#   warp-specialized 64 x 64 tile, 5 stages (its producers gather the rows while the consumer computes), the
+#   split whose grid is nearest a block an SM; fp32 on the tf32-parts 64 x 32 tile, nearest two blocks an SM;
+# - fp32 A^T B (a weight gradient): the tf32-parts 64 x 64 tile, nearest two blocks an SM.
+# Ties: the fewer splits. The fp32 tiles are mma.sync (sm_80 and later): an fp32 build keeps running without
+# sm_90 machine code (the 3xwgmma tile the H100's b1000 record gives dW1 needs it). These are the tuning
+# records' x @ W1 tiles at batch 1000 (bench/tuned). H100, MLP trainer with default tiles, one run of 3
+# interleaved rounds of 3 epochs, us a step, the sweep's tiles -> these: tf32 b256 26.36 -> 26.19, b512 35.56 ->
+# 30.17, b1000 29.52 -> 26.32, b2000 76.78 -> 58.40; fp32 b256 40.85 -> 28.79, b512 48.64 -> 31.73, b1000 47.68 ->
+# 39.81, b2000 104.80 -> 65.00 (a block an SM instead: 28.28, 32.00, 44.84, 73.53). LeNet at b1000 (its fc1 and
+# fc1's weight gradient on these, another run): fp32 547.08 -> 546.01, tf32 566.42 -> 566.31. Alone (the GEMM
+# benchmark, no gathered rows) the warp-specialized tile takes 1000 x 100 x 256 in 7.42 us against the sweep's
+# 3.70: x @ W whose A is not the input keeps the sweep's tile. The tf32 weight gradient keeps the sweep's wgmma
+# tile (b1000: the record's 64 x 64 split 4 alone 29.29 against 29.35).
+TC_RULE_TILES = {("tf32", False): Tile(64, 64, 32, 64, 64, 6, stages=5),
+                 ("fp32", False): Tile(64, 32, 32, 32, 16, 3, stages=4),
+                 ("fp32", True): Tile(64, 64, 32, 32, 32, 3, stages=4)}
+TC_RULE_PER_SM = {"tf32": 1, "fp32": 2}
+
+
+def tensor_core_choice(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
+                       dtype: str = "float32", rows: bool = False) -> tuple[Tile, int] | None:
+    """(tile, split) for a GEMM that the rule above puts on a tensor-core tile of the precision's catalogue;
+    else None."""
+    tile = TC_RULE_TILES.get((precision, bool(trans_a)))
+    if (tile is None or dtype != "float32" or batch != 1 or trans_b or (not trans_a and not rows)
+            or m * n * k < TC_PARTS_MIN or min(m, k) <= SHORT_K_MAX or n < tile.bn or is_large(m, n, k, batch)):
+        return None
+    splits = [s for s in tile.splits() if split_fits(tile, s, k, batch)]
+    return tile, min(splits, key=lambda s: (sm_distance(tile, s, m, n, batch, TC_RULE_PER_SM[precision]), s))
+
+
 def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision: str, batch: int = 1,
                 dtype: str = "float32", rows: bool = False) -> str:
     """C text of the tile type for C (m, n) = op(A) (m, k) @ op(B) (k, n), `batch` times, of `dtype` elements.
@@ -472,9 +512,10 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
         raise GCompileError(f"choose_tile: negative size m={m} n={n} k={k} batch={batch}")
     if dtype == "float32" and is_large(m, n, k, batch) and not rows:
         return (LARGE_TILE if precision == "fp32" else TC_LARGE_TILE).c_type(1, m, n, k)
-    short = short_k_choice(m, n, k, trans_a, trans_b, precision, batch, dtype)
-    if short is not None:
-        return short[0].c_type(short[1], m, n, k)
+    ruled = (short_k_choice(m, n, k, trans_a, trans_b, precision, batch, dtype)
+             or tensor_core_choice(m, n, k, trans_a, trans_b, precision, batch, dtype, rows))
+    if ruled is not None:
+        return ruled[0].c_type(ruled[1], m, n, k)
     # the sweep times float32 GEMMs: its choices are not given to float64 ones (8 x 8 doubles a thread...)
     measured = (calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
                 if dtype == "float32" else None)

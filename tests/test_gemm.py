@@ -16,8 +16,8 @@ import pytest
 from gcompile.build import compile_flags
 from gcompile.errors import GCompileError
 from gcompile.gemm_tiles import (LARGE_TILE, TC_LARGE_TILE, TILES, Tile, alternatives, calibration, candidates,
-                                 SHORT_K_MAX, choose_tile, cost, is_large, short_k_choice, tile_by_name,
-                                 tuned_tile)
+                                 SHORT_K_MAX, choose_tile, cost, is_large, short_k_choice,
+                                 tensor_core_choice, tile_by_name, tuned_tile)
 from gcompile.resources import package_dir
 import gemm_harness as H
 
@@ -417,6 +417,38 @@ def test_short_k_rules_take_the_small_batch_gemms_the_records_put_there():
     assert tile.tf32 == 7 and sm_distance(tile, s, 400, 120) < math.log(SHORT_K_SPREAD)
 
 
+def test_tensor_core_rule_takes_the_larger_gemms_the_records_put_there():
+    """tensor_core_choice: the b1000 MLP's x @ W1 reading the input in place on the records' tiles (tf32: the
+    warp-specialized 64 x 64, 5 stages, split 2 — a block an SM; fp32: tf32 parts, 64 x 32 split 2 — two blocks an
+    SM), fp32's dW1 on the 64 x 64 tf32-parts tile split 4; nothing for B transposed, x @ W not reading the input,
+    the tf32 weight gradient, under TC_PARTS_MIN multiply-adds, the short-K rules' GEMMs, N under the tile's BN,
+    a batch of GEMMs or large problems; choose_tile gives its choice, the short-K rules' first."""
+    from gcompile.gemm_tiles import SMS, TC_PARTS_MIN
+    cases = ((("tf32", 1000, 256, 784, False), ("64x64x32/64x64/wgmma-ws/cp5", 2)),
+             (("fp32", 1000, 256, 784, False), ("64x32x32/32x16/3xtf32/cp4", 2)),
+             (("fp32", 784, 256, 1000, True), ("64x64x32/32x32/3xtf32/cp4", 4)),
+             (("fp32", 2000, 256, 784, False), ("64x32x32/32x16/3xtf32/cp4", 1)),
+             (("tf32", 256, 256, 784, False), ("64x64x32/64x64/wgmma-ws/cp5", 8)))
+    for (precision, m, n, k, ta), (name, split) in cases:
+        tile, s = tensor_core_choice(m, n, k, ta, False, precision, rows=not ta)
+        assert (tile.name, s) == (name, split), (precision, m, n, k)
+        per_sm = 1 if precision == "tf32" else 2   # the split whose grid is nearest per_sm blocks an SM
+        assert all(abs(math.log(tile.blocks(s, m, n) / (per_sm * SMS))) <= abs(math.log(tile.blocks(o, m, n) / (per_sm * SMS)))
+                   for o in tile.splits() if o != s)
+        assert choose_tile(m, n, k, ta, False, precision, rows=not ta) == tile.c_type(s, m, n, k)
+    for precision in ("fp32", "tf32"):
+        assert tensor_core_choice(1000, 256, 784, False, True, precision, rows=True) is None      # B transposed
+        assert tensor_core_choice(1000, 256, 784, False, False, precision) is None                # not the input
+        assert tensor_core_choice(1000, 256, 784, False, False, precision, batch=2, rows=True) is None
+        assert tensor_core_choice(128, 256, 784, False, False, precision, rows=True) is None      # short-K's
+        assert tensor_core_choice(1000, 16, 2000, False, False, precision, rows=True) is None     # N < BN
+        assert tensor_core_choice(1000, 256, 784, False, False, precision, "float64", True) is None
+    assert tensor_core_choice(784, 256, 1000, True, False, "tf32") is None   # the sweep's wgmma tile
+    assert tensor_core_choice(784, 256, 128, True, False, "fp32") is None    # K the short batch: short-K's
+    assert 1000 * 10 * 784 < TC_PARTS_MIN and tensor_core_choice(1000, 10, 784, False, False, "fp32", rows=True) is None
+    assert tensor_core_choice(2048, 2048, 2048, True, False, "fp32") is None and is_large(2048, 2048, 2048)
+
+
 def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
     # large float fp32 problems get the pipelined tile, whatever the transposes; float64 and tf32 do not
     for ta, tb in ((False, False), (True, True)):
@@ -435,10 +467,14 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
                 tile = choose_tile(m, n, k, ta, tb, precision)
                 bm, bn, bk, tm, tn, tf32, split, sm, sn, sk = map(int, re.findall(r"\d+", tile)[:10])
                 # tf32: 1 mma.sync, 2 wgmma, 7 short-K; fp32 on tensor cores only on a short-K tile's tf32 parts (5),
-                # where short_k_choice puts the GEMM (at b128 x @ W1 and dW1)
+                # where short_k_choice puts the GEMM (at b128 x @ W1 and dW1), and on the mma.sync tf32-parts
+                # tiles (3) where tensor_core_choice does (at b1000 the weight gradients dW1 and dW2; x @ W1 reads
+                # the input in place in the step only, not here)
                 short = short_k_choice(m, n, k, ta, tb, precision) is not None
                 assert short == (batch == 128 and m * n * k > 2e7), (m, n, k, precision)
-                kinds = {5, 7} if short else {0} if precision == "fp32" else {1, 2}
+                ruled = tensor_core_choice(m, n, k, ta, tb, precision) is not None
+                assert ruled == (batch == 1000 and precision == "fp32" and ta and m * n * k > 2e7), (m, n, k, precision)
+                kinds = {5, 7} if short else {3} if ruled else {0} if precision == "fp32" else {1, 2}
                 assert (sm, sn, sk) == (m, n, k) and tf32 in kinds
                 assert (bm, bn, bk, tm, tn) != (LARGE_TILE.bm, LARGE_TILE.bn, LARGE_TILE.bk, LARGE_TILE.tm, LARGE_TILE.tn)
                 blocks = -(-m // bm) * -(-n // bn) * split
@@ -448,7 +484,8 @@ def test_choose_tile_fills_the_gpu_and_uses_big_tiles_for_big_problems():
 
 def test_calibration_is_consistent():
     """Every measured tile is a catalogue tile with a split it supports, choose_tile returns it for its
-    shape (but for the GEMMs over a short batch that short_k_choice puts on a short-K tile), and every catalogue
+    shape (but for the GEMMs over a short batch that short_k_choice puts on a short-K tile and the larger fp32
+    weight gradients that tensor_core_choice puts on tf32 parts), and every catalogue
     tile has the cost model's constants but the fp32 tensor-core (tf32 parts), the warp-specialized wgmma and
     the plain tf32 short-K ones, which only tuning tries (alternatives, on large GEMMs)."""
     data = calibration()
@@ -465,6 +502,10 @@ def test_calibration_is_consistent():
             assert (e["trans_a"] and e["k"] <= SHORT_K_MAX) or (not e["trans_a"] and e["m"] <= SHORT_K_MAX < e["k"])
             assert short[0].tf32 == (7 if e["precision"] == "tf32" else 5)
             tile, split = short
+        ruled = tensor_core_choice(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"], e["batch"])
+        if short is None and ruled is not None:   # an fp32 weight gradient of the larger ones: tf32 parts
+            assert e["precision"] == "fp32" and e["trans_a"] and ruled[0].tf32 == 3
+            tile, split = ruled
         assert choose_tile(e["m"], e["n"], e["k"], e["trans_a"], e["trans_b"], e["precision"], e["batch"]) == \
             tile.c_type(split, e["m"], e["n"], e["k"])
     for tiles in TILES.values():

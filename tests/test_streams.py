@@ -269,9 +269,9 @@ def test_next_batch_hook_runs_after_the_last_reader_of_the_labels():
 
 def test_images_become_floats_where_a_pipelined_gemm_reads_them_in_place():
     """GC_X_FLOAT (emit.rows_as_floats): the cuda trainer converts uint8 images to floats only where a GEMM
-    reading them in place through row indices has an fp32 pipelined tile (its kernel copies float rows; uint8
-    rows would take the register-staged kernel); not where the trainer gathers the batches' values (floats
-    already: GC_X_GATHERED); never on the cpu."""
+    reading them in place through row indices has a tile that copies float rows (Tile.float_rows_only: the fp32
+    pipelined, wgmma and short-K kernels; uint8 rows would take the register-staged kernel); not where the
+    trainer gathers the batches' values (floats already: GC_X_GATHERED); never on the cpu."""
     from gcompile.gemm_tiles import Tile
     from gcompile.passes.emit import rows_as_floats
     from gcompile.passes.plan_memory import gathered_rows
@@ -280,11 +280,13 @@ def test_images_become_floats_where_a_pipelined_gemm_reads_them_in_place():
             src = compile_program(mlp_program(batch), "cuda", precision=precision)
             tiles = [Tile.parse(k.values["tile"])[0] for k in src.kernels["train"]
                      if k.kind == "matmul" and k.values["rows"]]
-            pipelined = any(t.stages and t.tf32 != 1 for t in tiles)
+            pipelined = any(t.float_rows_only for t in tiles)
             gathered = gathered_rows(src.module.trainer["x"])
             assert gathered == (batch == 128)
             assert tiles and rows_as_floats(src.kernels["train"], "cuda") == pipelined
             assert f"#define GC_X_FLOAT {int(pipelined and not gathered)}" in src.source
             assert not rows_as_floats(src.kernels["train"], "cpu")
-    assert "#define GC_X_FLOAT 1" in compile_program(mlp_program(1000), "cuda").source   # x @ W1's tile
+    # x @ W1's tile: tf32's warp-specialized one copies float rows, fp32's tf32 parts convert uint8 rows
+    assert "#define GC_X_FLOAT 1" in compile_program(mlp_program(1000), "cuda", precision="tf32").source
+    assert "#define GC_X_FLOAT 0" in compile_program(mlp_program(1000), "cuda").source
     assert "#define GC_X_FLOAT 0" in compile_program(mlp_program(1000), "cpu").source

@@ -8,7 +8,8 @@ import pytest
 
 import gcompile as gc
 from gcompile.cli import main
-from gcompile.gemm_tiles import TILES, Tile, alternatives, choose_tile, short_k_choice, tuned_tile
+from gcompile.gemm_tiles import (TILES, Tile, alternatives, choose_tile, short_k_choice, tensor_core_choice,
+                                 tile_by_name, tuned_tile)
 from gcompile.pipeline import compile_program
 from gcompile.tune import FORMAT, TF32_STEP_AGREE, disagreeing, followers, gemm_sites, program_digest, read_record
 
@@ -58,14 +59,16 @@ def test_the_evaluation_twin_of_a_tuned_gemm_follows_it():
     twin = twins[x_w1["kernel"]][0]
     assert (twin["m"], twin["n"], twin["k"], twin["rows"]) == (1000, 256, 784, True) and twin["kernel"] != x_w1["kernel"]
     assert all(not t for k, t in twins.items() if k != x_w1["kernel"])   # dW1 (x^T g) and the rest have none
-    assert "#define GC_X_FLOAT 1" in cs.source   # the default fp32 tiles of x @ W1 and dW1 take float rows
+    # the default fp32 tiles of x @ W1 and dW1 (tf32 parts: gemm_tiles.tensor_core_choice) take uint8 rows
+    assert "#define GC_X_FLOAT 0" in cs.source
     dw1 = next(s for s in gemm_sites(cs) if s["rows"] and s["trans_a"])
-    parts = [{"kernel": s["kernel"], "m": s["m"], "n": s["n"], "k": s["k"], "batch": 1,
-              "tile": "64x64x64/32x32/3xtf32/cp3", "split": 2} for s in (x_w1, twin, dw1)]
-    assert "#define GC_X_FLOAT 0" in compile_program(program, "cuda", "mnist_mlp",
-                                                     tuning=record_for(program, parts)).source
+    floats = [{"kernel": s["kernel"], "m": s["m"], "n": s["n"], "k": s["k"], "batch": 1,
+               "tile": "64x64x16/8x4/fp32/cp4", "split": 2} for s in (x_w1, twin, dw1)]
     assert "#define GC_X_FLOAT 1" in compile_program(program, "cuda", "mnist_mlp",
-                                                     tuning=record_for(program, parts[::2])).source
+                                                     tuning=record_for(program, floats)).source
+    # the training step's x @ W1 alone on a float-rows tile makes the rows floats for its twin and dW1 too
+    assert "#define GC_X_FLOAT 1" in compile_program(program, "cuda", "mnist_mlp",
+                                                     tuning=record_for(program, floats[:1])).source
 
 
 def test_a_record_for_another_program_or_an_unusable_tile_is_refused(tmp_path):
@@ -132,10 +135,13 @@ def test_alternatives_are_usable_tiles_of_the_gemm():
                 assert tile in TILES[precision]
                 tuned_tile(tile.name, split, m, n, k, precision, rows=rows, trans_a=ta)   # raises when unusable
             # the measured choice comes first; choose_tile's is it but where short_k_choice puts the GEMM on a
-            # short-K tile (b128's x @ W1), which is among the options
+            # short-K tile (b128's x @ W1) or tensor_core_choice on a tensor-core one (b1000's fp32 dW1 and dW2),
+            # which is among the options
             short = short_k_choice(m, n, k, ta, False, precision)
             assert (short is not None) == ((m, k) == (128, 784))
-            chosen = (short[0] if short else options[0][0], short[1] if short else options[0][1])
+            ruled = tensor_core_choice(m, n, k, ta, False, precision, rows=rows)
+            assert (ruled is not None) == (precision == "fp32" and k == 1000)
+            chosen = short or ruled or options[0]
             assert Tile.parse(choose_tile(m, n, k, ta, False, precision, rows=rows)) == chosen and chosen in options
     assert alternatives(4096, 4096, 4096, False, False, "fp32") == []   # large problems keep their tile
     assert alternatives(64, 64, 64, False, False, "fp32", dtype="float64") == []
@@ -239,13 +245,17 @@ def test_a_warp_specialized_x_at_w1_reads_w1s_mirror():
     """x @ W1 on a wgmma-ws tile (TF32 = 6) reads W1^T from a workspace (its mirror, B k-contiguous: TB), which
     the GEMM that updates W1 (dW1's) stores too, at (n, m): its epilogue functor says where (gc_ep_mirror),
     still storing nothing itself (its runs of 4 and prefetch stay); gc_refresh_mirrors remakes it after the
-    host writes W1; without such a tile there is no mirror."""
+    host writes W1; without such a tile (fp32) there is no mirror. tf32's default tiles put x @ W1 on one of 5
+    stages (gemm_tiles.tensor_core_choice), both steps'; the record here gives the training step's 6."""
     program = mlp(1000)
-    plain = compile_program(program, "cuda", "mnist_mlp", precision="tf32")
+    plain = compile_program(program, "cuda", "mnist_mlp")
     # (the chain's stages read W2 from its copy in shared memory, chain_mma: no W2 mirror; a chain that reads
     # W2's, of more blocks than SMs, is test_lower's)
     assert not plain.plan.mirrors
     assert "W1^T" not in "".join(k.comment for k in plain.kernels["train"])
+    default = compile_program(program, "cuda", "mnist_mlp", precision="tf32")
+    assert [m["name"] for m in default.plan.mirrors] == ["W1"]
+    assert "gc_gemm<float, false, true, gc_tile<64, 64, 32, 64, 64, 6, 2, 1000, 256, 784, 5>>" in default.source
     cs = compile_program(program, "cuda", "mnist_mlp", precision="tf32",
                          tuning=record_for(program, [WS_TILE], "tf32"))
     (mirror,) = [m for m in cs.plan.mirrors if m["name"] == "W1"]
@@ -263,9 +273,10 @@ def test_a_warp_specialized_x_at_w1_reads_w1s_mirror():
     assert f"float* mirror() const {{ return (float*)(A + {offset}); }}" in cs.source
     assert "gc_gemm<float, false, true, gc_tile<64, 64, 32, 64, 64, 6, 2, 1000, 256, 784, 6>>" in cs.source
     assert f"gc_transpose((const float*)(A + {w1.offset}), (float*)(A + {offset}), 784, 256)" in cs.source
-    # the eval step's x @ W1 keeps its own tile and reads W1 itself
+    # the eval step's x @ W1 keeps its own (default) tile and reads the mirror too
     (ev,) = [k for k in cs.kernels["eval"] if k.kind == "matmul" and k.values["k"] == 784]
-    assert ev.values["trans_b"] == 0 and ev.values["b_at"] == w1.offset
+    assert Tile.parse(ev.values["tile"]) == (tile_by_name("64x64x32/64x64/wgmma-ws/cp5"), 2)
+    assert ev.values["trans_b"] == 1 and ev.values["b"] == f"((const float*)(A + {offset}))"
 
 
 @pytest.mark.gpu
