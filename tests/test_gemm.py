@@ -423,7 +423,7 @@ def test_tensor_core_rule_takes_the_larger_gemms_the_records_put_there():
     SM), fp32's dW1 on the 64 x 64 tf32-parts tile split 4; nothing for B transposed, x @ W not reading the input,
     the tf32 weight gradient, under TC_PARTS_MIN multiply-adds, the short-K rules' GEMMs, N under the tile's BN,
     a batch of GEMMs or large problems; choose_tile gives its choice, the short-K rules' first."""
-    from gcompile.gemm_tiles import SMS, TC_PARTS_MIN
+    from gcompile.gemm_tiles import TC_PARTS_MIN, sm_distance
     cases = ((("tf32", 1000, 256, 784, False), ("64x64x32/64x64/wgmma-ws/cp5", 2)),
              (("fp32", 1000, 256, 784, False), ("64x32x32/32x16/3xtf32/cp4", 2)),
              (("fp32", 784, 256, 1000, True), ("64x64x32/32x32/3xtf32/cp4", 4)),
@@ -433,8 +433,8 @@ def test_tensor_core_rule_takes_the_larger_gemms_the_records_put_there():
         tile, s = tensor_core_choice(m, n, k, ta, False, precision, rows=not ta)
         assert (tile.name, s) == (name, split), (precision, m, n, k)
         per_sm = 1 if precision == "tf32" else 2   # the split whose grid is nearest per_sm blocks an SM
-        assert all(abs(math.log(tile.blocks(s, m, n) / (per_sm * SMS))) <= abs(math.log(tile.blocks(o, m, n) / (per_sm * SMS)))
-                   for o in tile.splits() if o != s)
+        assert all(sm_distance(tile, s, m, n, per_sm=per_sm) <= sm_distance(tile, o, m, n, per_sm=per_sm)
+                   for o in tile.splits())
         assert choose_tile(m, n, k, ta, False, precision, rows=not ta) == tile.c_type(s, m, n, k)
     for precision in ("fp32", "tf32"):
         assert tensor_core_choice(1000, 256, 784, False, True, precision, rows=True) is None      # B transposed
