@@ -475,11 +475,11 @@ def short_k_choice(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precisi
 # records' x @ W1 tiles at batch 1000 (bench/tuned). H100, MLP trainer with default tiles, one run of 3
 # interleaved rounds of 3 epochs, us a step, the sweep's tiles -> these: tf32 b256 26.36 -> 26.19, b512 35.56 ->
 # 30.17, b1000 29.52 -> 26.32, b2000 76.78 -> 58.40; fp32 b256 40.85 -> 28.79, b512 48.64 -> 31.73, b1000 47.68 ->
-# 39.81, b2000 104.80 -> 65.00 (a block an SM instead: 28.28, 32.00, 44.84, 73.53). LeNet at b1000 (its fc1 and
-# fc1's weight gradient on these, another run): fp32 547.08 -> 546.01, tf32 566.42 -> 566.31. Alone (the GEMM
-# benchmark, no gathered rows) the warp-specialized tile takes 1000 x 100 x 256 in 7.42 us against the sweep's
-# 3.70: x @ W whose A is not the input keeps the sweep's tile. The tf32 weight gradient keeps the sweep's wgmma
-# tile (b1000: the record's 64 x 64 split 4 alone 29.29 against 29.35).
+# 39.81, b2000 104.80 -> 65.00 (a block an SM instead: 28.28, 32.00, 44.84, 73.53). LeNet at b1000, another run,
+# with a first form of the rule that took its fc1 (no input rows) too: fp32 547.08 -> 546.01, tf32 566.42 ->
+# 566.31. Alone (the GEMM benchmark, no gathered rows; two runs) the warp-specialized tile took 1000 x 100 x 256 in
+# 7.42 us against the sweep's 3.70: x @ W whose A is not the input keeps the sweep's tile. The tf32 weight
+# gradient keeps the sweep's wgmma tile (b1000: the record's 64 x 64 split 4 alone 29.29 against 29.35).
 TC_RULE_TILES = {("tf32", False): Tile(64, 64, 32, 64, 64, 6, stages=5),
                  ("fp32", False): Tile(64, 32, 32, 32, 16, 3, stages=4),
                  ("fp32", True): Tile(64, 64, 32, 32, 32, 3, stages=4)}
