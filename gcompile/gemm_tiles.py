@@ -90,10 +90,10 @@ class Tile:
         return self.tf32 in (3, 4, 5)
 
     @property
-    def tuning_only(self) -> bool:
-        """Tiles the calibration has no figures for, which tuning tries (alternatives) and choose_tile gives only
-        through short_k_choice (the short-K ones, at a small batch): fp32 on tensor cores
-        (tf32 parts), the warp-specialized wgmma ones and the plain tf32 short-K ones."""
+    def uncalibrated(self) -> bool:
+        """Tiles the calibration has no figures for: fp32 on tensor cores (tf32 parts), the warp-specialized wgmma
+        ones and the plain tf32 short-K ones. Tuning tries them (alternatives); choose_tile gives them only
+        through its rules (short_k_choice: the short-K ones at a small batch; tensor_core_choice)."""
         return self.parts or self.tf32 in (6, 7)
 
     def fits(self, trans_a: bool, trans_b: bool) -> bool:
@@ -198,7 +198,8 @@ TILES = {
              Tile(64, 64, 16, 8, 4, stages=4, kw=2), Tile(64, 64, 32, 8, 4, stages=3, kw=2),
              Tile(64, 64, 16, 8, 8, stages=4, kw=2), Tile(32, 32, 16, 4, 4, stages=4, kw=2),
              # fp32 on tensor cores (TF32 = 3): the tensor-core pipeline's tiles, each operand as two tf32
-             # parts (TC_PARTS); not in the calibration: tuning tries them on the large GEMMs
+             # parts (TC_PARTS); not in the calibration: tuning tries them on the large GEMMs, and
+             # tensor_core_choice gives 64 x 32 and 64 x 64 to the larger ones
              Tile(64, 64, 32, 32, 32, 3, stages=4), Tile(64, 32, 32, 32, 16, 3, stages=4),
              Tile(32, 32, 32, 16, 16, 3, stages=4), Tile(64, 64, 64, 32, 32, 3, stages=3),
              Tile(64, 32, 64, 32, 16, 3, stages=3), Tile(64, 128, 32, 32, 32, 3, stages=3),
@@ -224,7 +225,8 @@ TILES = {
              Tile(128, 64, 32, 128, 64, 2, stages=4), Tile(128, 128, 32, 64, 128, 2, stages=3),
              Tile(64, 128, 16, 64, 128, 2, stages=6), Tile(128, 64, 16, 128, 64, 2, stages=6),
              # warp-specialized wgmma (gc_gemm_ws_kernel, sm_90a, A not transposed): consumer warpgroups of 64 x
-             # bn, two producer warpgroups; not in the calibration: tuning tries them on the large GEMMs. 64 x 64 at
+             # bn, two producer warpgroups; not in the calibration: tuning tries them on the large GEMMs, and
+             # tensor_core_choice gives 64 x 64 at 5 stages to the larger x @ W reading the input. 64 x 64 at
              # 5 stages too: 16 KB less shared memory a block than at 6, so that a block of the MLP's b1000 tf32
              # chain (~144 KB) fits beside one while it ends (streams.early_copies; docs/compiler.md)
              Tile(64, 128, 32, 64, 128, 6, stages=4), Tile(128, 64, 32, 64, 64, 6, stages=4),
@@ -401,11 +403,11 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
         _, _, tile, split = min(near, key=lambda x: (x[0], x[1]))
         if (tile, split) not in out:
             out.append((tile, split))
-    # the tiles the calibration has no figures for (Tile.tuning_only): on a GEMM of TC_PARTS_MIN multiply-adds or
+    # the tiles the calibration has no figures for (Tile.uncalibrated): on a GEMM of TC_PARTS_MIN multiply-adds or
     # more, each such tile at the two splits whose grids come nearest to a block an SM
     if m * n * k * max(batch, 1) >= TC_PARTS_MIN:
         for tile in TILES[precision]:
-            if not tile.tuning_only or not tile.fits(trans_a, trans_b) or not rows_fit(tile, 1, rows):
+            if not tile.uncalibrated or not tile.fits(trans_a, trans_b) or not rows_fit(tile, 1, rows):
                 continue
             fits = sorted((s for s in tile.splits() if split_fits(tile, s, k, batch)),
                           key=lambda s: sm_distance(tile, s, m, n, batch))
@@ -463,7 +465,7 @@ def short_k_choice(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precisi
 
 
 # The larger float GEMMs on tensor cores, whatever the sweep timed (it timed each GEMM alone, and the
-# warp-specialized and tf32-parts tiles not at all: Tile.tuning_only): a GEMM of TC_PARTS_MIN multiply-adds or
+# warp-specialized and tf32-parts tiles not at all: Tile.uncalibrated): a GEMM of TC_PARTS_MIN multiply-adds or
 # more at batch 1, B not transposed, M and K above SHORT_K_MAX (the short-K rules' GEMMs stay theirs) and N at
 # least the tile's BN, that is not `is_large`:
 # - x @ W reading the image input in place (`rows`: the batch's rows gathered as they are loaded): tf32 on the

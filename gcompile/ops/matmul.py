@@ -9,6 +9,11 @@ from ..errors import ShapeError
 from .base import Op, register, require_float, same_dtype
 
 
+def inner_size(a, trans_a: bool) -> int:
+    """K of op(a) @ op(b), read off A (a node or an array): its last axis, or with trans_a the one before."""
+    return a.shape[-2] if trans_a else a.shape[-1]
+
+
 @register
 class Matmul(Op):
     name = "matmul"
@@ -22,7 +27,7 @@ class Matmul(Op):
                                  f"{b.describe()}")
             require_float("matmul", x)
         dtype = same_dtype("matmul", a, b)
-        m, k = a.shape[-2:][::-1] if ta else a.shape[-2:]
+        m, k = a.shape[-1 if ta else -2], inner_size(a, ta)
         k2, n = b.shape[-2:][::-1] if tb else b.shape[-2:]
         if k != k2:
             sa = f"{a.describe()}{'.T' if ta else ''}"

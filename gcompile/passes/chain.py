@@ -28,6 +28,7 @@ import numpy as np
 
 from ..gemm_tiles import short_k_choice
 from ..graph import Node
+from ..ops.matmul import inner_size
 from .plan_memory import NO_KERNEL, gemm_of, step_values, storage_root, step_writes
 
 # The most elements a stage's B may have: every block reads all of B (from L2), so a chain's GEMMs are small
@@ -165,7 +166,7 @@ def beside_post(node: Node, precision: str) -> bool:
         return False
     matmul, a, _ = gemm
     ta, tb = matmul.attrs["trans_a"], matmul.attrs["trans_b"]
-    return short_k_choice(*matmul.shape, a.shape[0] if ta else a.shape[1], ta, tb, precision,
+    return short_k_choice(*matmul.shape, inner_size(a, ta), ta, tb, precision,
                           dtype=matmul.dtype) is not None
 
 

@@ -23,6 +23,7 @@ from ..graph import Node
 from ..ops import get_op
 from .fuse import REDUCTIONS, Group, Layout, strides
 from ..ops.conv import windows_of
+from ..ops.matmul import inner_size
 from ..ops.random import dropout_threshold
 from .chain import own_row_reads, own_row_writes, rows_of
 from .plan_memory import NO_KERNEL, gemm_of, is_literal, step_writes, storage_root
@@ -552,7 +553,7 @@ class Lowering:
         a, b = operands
         m, n = node.shape[-2:]
         ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
-        k = a.shape[-2] if ta else a.shape[-1]
+        k = inner_size(a, ta)
         batch = node.shape[0] if node.ndim == 3 else 1
         # a stack's matrices follow each other; a shared matrix (2-D, or a stack of one) has stride 0
         sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
