@@ -482,9 +482,9 @@ def short_k_choice(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precisi
 # 566.31. Alone (the GEMM benchmark, no gathered rows; two runs) the warp-specialized tile took 1000 x 100 x 256 in
 # 7.42 us against the sweep's 3.70: x @ W whose A is not the input keeps the sweep's tile. The tf32 weight
 # gradient keeps the sweep's wgmma tile (b1000: the record's 64 x 64 split 4 alone 29.29 against 29.35).
-TC_RULE_TILES = {("tf32", False): Tile(64, 64, 32, 64, 64, 6, stages=5),
-                 ("fp32", False): Tile(64, 32, 32, 32, 16, 3, stages=4),
-                 ("fp32", True): Tile(64, 64, 32, 32, 32, 3, stages=4)}
+TC_RULE_TILES = {("tf32", False): tile_by_name("64x64x32/64x64/wgmma-ws/cp5"),   # (catalogue tiles, by name)
+                 ("fp32", False): tile_by_name("64x32x32/32x16/3xtf32/cp4"),
+                 ("fp32", True): tile_by_name("64x64x32/32x32/3xtf32/cp4")}
 TC_RULE_PER_SM = {"tf32": 1, "fp32": 2}
 
 
