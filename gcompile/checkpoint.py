@@ -1,7 +1,8 @@
 """The checkpoint format, read and written from Python (runtime/gc_checkpoint.h is the C side).
 
     magic "GCKPT\\0\\0\\0" | u32 version | u32 tensor count | u64 layout hash
-    u64 step | u64 epoch | u64 epoch step | u64 seed | u64 shuffle | f64 loss sum     (the trainer's position)
+    u64 step | u64 epoch | u64 epoch step | u64 seed | u64 shuffle | u64 batch | f64 loss sum
+                                               (the trainer's position; version 2, still read, has no batch)
     per tensor: u16 name length | name | u8 dtype | u8 ndim | u64 dims[ndim] | u64 byte count | bytes
     u32 CRC-32 (zlib's) of everything before it             (little endian)
 
@@ -22,12 +23,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, GCompileError
 from .graph import MAX_NDIM
 
 MAGIC = b"GCKPT\0\0\0"
-VERSION = 2
-HEADER = struct.Struct("<8sIIQQQQQQd")  # magic .. loss sum: 72 bytes
+VERSION = 3
+HEADER = struct.Struct("<8sIIQQQQQQQd")  # magic .. loss sum: 80 bytes
+HEADER_V2 = struct.Struct("<8sIIQQQQQQd")  # without the batch: 72 bytes
 DTYPES = {0: "uint8", 1: "int32", 2: "float32", 3: "int64", 4: "float64"}
 CODES = {v: k for k, v in DTYPES.items()}
 FNV_SEED, FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
@@ -50,7 +52,8 @@ def layout_hash(variables) -> int:
 @dataclass
 class Checkpoint:
     """tensors: every variable by name. step: training steps run in all; epoch: epochs finished; epoch_step:
-    steps into the next epoch; seed, shuffle: the data order; loss_sum: the epoch's losses so far."""
+    steps into the next epoch; seed, shuffle: the data order; loss_sum: the epoch's losses so far; batch: the
+    batch size of the program that wrote it (0: not recorded), which a resumed run must have."""
     tensors: dict[str, np.ndarray]
     layout_hash: int
     step: int = 0
@@ -59,12 +62,13 @@ class Checkpoint:
     seed: int = 0
     shuffle: bool = True
     loss_sum: float = 0.0
+    batch: int = 0
     path: str = field(default="")
 
 
 def encode(ckpt: Checkpoint) -> bytes:
     parts = [HEADER.pack(MAGIC, VERSION, len(ckpt.tensors), ckpt.layout_hash, ckpt.step, ckpt.epoch,
-                         ckpt.epoch_step, ckpt.seed, int(ckpt.shuffle), ckpt.loss_sum)]
+                         ckpt.epoch_step, ckpt.seed, int(ckpt.shuffle), ckpt.batch, ckpt.loss_sum)]
     for name, arr in ckpt.tensors.items():
         arr = np.asarray(arr, order="C")
         if arr.dtype.name not in CODES:
@@ -78,24 +82,38 @@ def encode(ckpt: Checkpoint) -> bytes:
 
 
 def write_checkpoint(path, ckpt: Checkpoint) -> None:
+    """Write ckpt to path atomically. Through a symbolic link it replaces the file the link names, not the link;
+    it refuses anything but a regular file there (a folder; a device or fifo, which the rename would replace)."""
     data = encode(ckpt)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    target = os.path.realpath(os.fsdecode(checked_path(path)))
+    if os.path.exists(target) and not os.path.isfile(target):
+        raise DataError(f"{path}: {'a folder' if os.path.isdir(target) else 'a device, fifo or socket'}, not a "
+                        "regular file: a checkpoint is not written there")
+    directory = os.path.dirname(target)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(target) + ".", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
 
 
+def checked_path(path):
+    """path, if it is a str, bytes or os.PathLike (a file's name), else a GCompileError naming its type."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise GCompileError(f"a path must be a str, bytes or os.PathLike, not {type(path).__name__}")
+    return path
+
+
 def read_checkpoint(path) -> Checkpoint:
     """Every tensor of a checkpoint file as numpy arrays, with the trainer's position; no compiled program
     needed. Raises DataError for anything but a complete, uncorrupted checkpoint of this format version."""
+    path = checked_path(path)   # open() would take an int as a file descriptor, and close it
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -113,8 +131,8 @@ def decode(data: bytes, path: str = "<bytes>") -> Checkpoint:
     if zlib.crc32(memoryview(data)[:-4]) != stored:
         raise DataError(f"{path}: checksum mismatch over its {len(data)} bytes (corrupted or truncated file)")
     (version,) = struct.unpack_from("<I", data, 8)
-    if version != VERSION:
-        raise DataError(f"{path}: checkpoint format version {version}, this gcompile reads version {VERSION}")
+    if version not in (2, VERSION):
+        raise DataError(f"{path}: checkpoint format version {version}, this gcompile reads versions 2 and {VERSION}")
     at, end, tensors = 0, len(data) - 4, {}
 
     def take(fmt, what):
@@ -126,7 +144,11 @@ def decode(data: bytes, path: str = "<bytes>") -> Checkpoint:
         at += size
         return values
 
-    _, _, count, lhash, step, epoch, epoch_step, seed, shuffle, loss_sum = take(HEADER.format, "header")
+    if version == 2:
+        _, _, count, lhash, step, epoch, epoch_step, seed, shuffle, loss_sum = take(HEADER_V2.format, "header")
+        batch = 0
+    else:
+        _, _, count, lhash, step, epoch, epoch_step, seed, shuffle, batch, loss_sum = take(HEADER.format, "header")
     for _ in range(count):
         start = at
         (length,) = take("<H", "name length")
@@ -150,4 +172,4 @@ def decode(data: bytes, path: str = "<bytes>") -> Checkpoint:
         at += nbytes
     if at != end:
         raise DataError(f"{path}: {end - at} unexpected bytes after the last tensor at byte {at}")
-    return Checkpoint(tensors, lhash, step, epoch, epoch_step, seed, bool(shuffle), loss_sum, path)
+    return Checkpoint(tensors, lhash, step, epoch, epoch_step, seed, bool(shuffle), loss_sum, batch, path)

@@ -79,12 +79,28 @@ static int gc_library_input(gc_model* m) {
     return gc_device_zero(m->input, bytes);
 }
 
+// An input of class labels (classes > 0 in its table row): every value in [0, classes). Checked before any input
+// is copied, so that a bad batch changes nothing (the kernels would give a NaN loss, and the guard would halt
+// the updates), with the numpy executor's message.
+static int gc_check_labels(const gc_tensor_info* t, const void* data, const char* fn, int i) {
+    if (t->classes <= 0) return GC_OK;
+    const size_t n = t->nbytes / gc_dtype_sizes[t->dtype];
+    for (size_t j = 0; j < n; j++) {
+        const int64_t v = t->dtype == GC_U8 ? ((const uint8_t*)data)[j] : ((const int32_t*)data)[j];
+        if (v < 0 || v >= t->classes)
+            return gc_fail(GC_ERR_ARG, "%s: input %d (%s): label %lld at index %zu is outside [0, %lld)", fn, i,
+                           t->name, (long long)v, j, (long long)t->classes);
+    }
+    return GC_OK;
+}
+
 static int gc_copy_inputs(gc_model* m, const gc_tensor_info* table, int want, const void* const* inputs, int n,
                           const char* fn) {
     if (n != want) return gc_fail(GC_ERR_ARG, "%s: expected %d inputs, got %d", fn, want, n);
     if (n && !inputs) return gc_fail(GC_ERR_ARG, "%s: inputs is NULL", fn);
     for (int i = 0; i < n; i++)
         if (!inputs[i]) return gc_fail(GC_ERR_ARG, "%s: input %d (%s) is NULL", fn, i, table[i].name);
+    for (int i = 0; i < n; i++) GC_TRY(gc_check_labels(&table[i], inputs[i], fn, i));
     GC_TRY(gc_library_input(m));
     for (int i = 0; i < n; i++) {
         const int rows = GC_X_ROWS && table[i].offset == GC_X_OFFSET;   // x: into the input buffer
@@ -155,8 +171,14 @@ GC_EXPORT int gc_train_step(gc_model* m, const void* const* inputs, int n, doubl
     if (!GC_HAS_TRAIN_STEP) return gc_fail(GC_ERR_ARG, "gc_train_step: this program has no training step");
     GC_TRY(gc_copy_inputs(m, gc_train_inputs, GC_N_TRAIN_INPUTS, inputs, n, "gc_train_step"));
     GC_TRY(gc_replay(&m->graphs, GC_GRAPH_TRAIN, NULL, 1, gc_enqueue_train, m, "the train step"));
-    float value;
-    GC_TRY(gc_copy_to_host(&value, m->arena + GC_LOSS_OFFSET, sizeof value));
+    double value;   // the loss in the program's float type
+    if (GC_LOSS_F64) {
+        GC_TRY(gc_copy_to_host(&value, m->arena + GC_LOSS_OFFSET, sizeof value));
+    } else {
+        float f;
+        GC_TRY(gc_copy_to_host(&f, m->arena + GC_LOSS_OFFSET, sizeof f));
+        value = f;
+    }
     m->state.step++;
     if (loss) *loss = value;
     if (!gc_has_guard()) return GC_OK;
@@ -239,7 +261,7 @@ GC_EXPORT int gc_set_variable(gc_model* m, const char* name, const void* src, si
 GC_EXPORT int gc_save(gc_model* m, const char* path) {
     GC_TRY(gc_check_model(m, "gc_save"));
     if (!path) return gc_fail(GC_ERR_ARG, "gc_save: path is NULL");
-    return gc_checkpoint_save(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, &m->state, m->arena);
+    return gc_checkpoint_save(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, GC_BATCH, &m->state, m->arena);
 }
 
 GC_EXPORT int gc_load(gc_model* m, const char* path) {

@@ -1,23 +1,27 @@
 // gc_checkpoint.h — the checkpoint format (the same as gcompile/checkpoint.py reads and writes).
 //
 //   magic "GCKPT\0\0\0" | u32 version | u32 tensor count | u64 layout hash
-//   u64 step | u64 epoch | u64 epoch step | u64 seed | u64 shuffle | f64 loss sum      (the trainer's position)
+//   u64 step | u64 epoch | u64 epoch step | u64 seed | u64 shuffle | u64 batch | f64 loss sum  (the trainer's
+//   position; version 2, still read, has no batch)
 //   per tensor: u16 name length | name | u8 dtype | u8 ndim | u64 dims[ndim] | u64 byte count | bytes
 //   u32 CRC-32 (zlib's polynomial) of everything before it.   (all integers little endian)
 //
 // The tensors are every variable of the program: parameters, optimizer state, the learning rate, the step
 // counter and the numerical guard's state. The header says where the trainer stands: `step` steps run in
 // all, `epoch` epochs finished, `epoch_step` steps into the next one, the data order's seed and whether it
-// shuffles (an epoch's order is a function of seed and epoch alone), and the sum of the losses of the
-// epoch so far — so a resumed run continues exactly where the saved one was.
+// shuffles (an epoch's order is a function of seed and epoch alone), the batch size of the program that
+// wrote it (the layout hash does not tell programs of other batch sizes apart, whose epochs are other steps)
+// and the sum of the losses of the epoch so far — so a resumed run continues exactly where the saved one was.
 //
 // Written atomically: a temporary file in the same directory, fsync, rename — an existing checkpoint is
 // never replaced by a partial one, nor by one holding a non-finite float. Loading checks size, checksum, magic,
 // version and the layout hash first, and only then writes into the model, so a bad file leaves it unchanged.
 #if GC_HOST   // the host part (gc_runtime.h)
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 
-#define GC_CKPT_VERSION 2u
-#define GC_CKPT_HEADER_BYTES 72
+#define GC_CKPT_VERSION 3u   // version 2: the same without the batch
 static const char GC_CKPT_MAGIC[8] = {'G', 'C', 'K', 'P', 'T', 0, 0, 0};
 
 typedef struct {
@@ -27,11 +31,13 @@ typedef struct {
     int64_t dims[8];  // at most 8 dimensions (graph.MAX_NDIM)
     size_t offset;   // in the arena
     size_t nbytes;
+    int64_t classes;   // an input of softmax_cross_entropy's labels: its values are in [0, classes); else 0
 } gc_tensor_info;
 
 typedef struct {
     uint64_t step, epoch, epoch_step, seed, shuffle;
     double loss_sum;
+    uint64_t batch;   // the batch size of the program that wrote the checkpoint loaded last (0: not recorded)
 } gc_train_state;
 
 static uint32_t gc_crc32(const unsigned char* p, size_t n) {
@@ -62,20 +68,115 @@ static int gc_buf_put(gc_buffer* b, const void* src, size_t n) {
     return GC_OK;
 }
 
-static int gc_write_atomic(const char* path, const void* data, size_t n) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+// The file a checkpoint at `path` is written to (into `dest`): path itself, or the file a symbolic link there
+// names (the rename replaces that file, not the link). Refused: an empty path, a link that names no folder
+// there is, and anything but a regular file (a folder; a device, fifo or socket, which a rename would replace
+// with a plain file).
+static int gc_save_target(const char* path, char* dest, size_t n) {
+    if (!*path) return gc_fail(GC_ERR_ARG, "the checkpoint path is empty");
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        char resolved[PATH_MAX];
+        if (!realpath(path, resolved)) {   // a dangling link: its target's folder must exist
+            char target[PATH_MAX];
+            ssize_t len = readlink(path, target, sizeof target - 1);
+            if (len < 0) return gc_fail(GC_ERR_IO, "%s: cannot read the symbolic link: %s", path, strerror(errno));
+            target[len] = 0;
+            const char* slash = strrchr(path, '/');
+            if (target[0] == '/' || !slash) snprintf(resolved, sizeof resolved, "%s", target);
+            else snprintf(resolved, sizeof resolved, "%.*s/%s", (int)(slash - path), path, target);
+        }
+        path = resolved;
+        if (snprintf(dest, n, "%s", path) >= (int)n) return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", path);
+    } else if (snprintf(dest, n, "%s", path) >= (int)n) {
         return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", path);
+    }
+    if (stat(dest, &st) == 0 && !S_ISREG(st.st_mode))
+        return gc_fail(GC_ERR_ARG, "%s: %s, not a regular file: a checkpoint is not written there", dest,
+                       S_ISDIR(st.st_mode) ? "a folder" : "a device, fifo or socket");
+    return GC_OK;
+}
+
+// The temporary file a save is writing, removed by SIGINT / SIGTERM / SIGHUP before they end the process —
+// where they would end it (default handlers: the standalone binary); a process that handles them itself
+// (Python's SIGINT) keeps its handlers, and its save runs to its end. The name is a copy for the handler only
+// (saves of two threads at once race for it, and at worst leave a temporary file behind).
+static char gc_saving[PATH_MAX + 32];
+static volatile sig_atomic_t gc_saving_now;
+static const int gc_save_signals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+static void gc_on_save_signal(int sig) {
+    if (gc_saving_now) unlink(gc_saving);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int gc_is_default(const struct sigaction* a) { return !(a->sa_flags & SA_SIGINFO) && a->sa_handler == SIG_DFL; }
+
+// With tmp: the handlers above in place of default ones (the ones found go into old); without: old's back.
+static void gc_guard_save(const char* tmp, struct sigaction* old) {
+    gc_saving_now = 0;
+    if (tmp) snprintf(gc_saving, sizeof gc_saving, "%s", tmp);
+    for (int i = 0; i < 3; i++) {
+        if (tmp) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sigemptyset(&sa.sa_mask);
+            sa.sa_handler = gc_on_save_signal;
+            if (sigaction(gc_save_signals[i], NULL, &old[i]) != 0) {   // not known: left as it is
+                memset(&old[i], 0, sizeof old[i]);
+                old[i].sa_handler = SIG_IGN;
+            }
+            if (gc_is_default(&old[i])) sigaction(gc_save_signals[i], &sa, NULL);
+        } else if (gc_is_default(&old[i])) {
+            sigaction(gc_save_signals[i], &old[i], NULL);
+        }
+    }
+    gc_saving_now = tmp != NULL;
+}
+
+// The temporary file's name for a checkpoint written to `dest`.
+static int gc_temporary(const char* dest, char* tmp, size_t n) {
+    if (snprintf(tmp, n, "%s.tmp.%d", dest, (int)getpid()) >= (int)n)
+        return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", dest);
+    return GC_OK;
+}
+
+// Whether a checkpoint can be written at `path` (the trainer's --save, before any training): its target is
+// a regular file or none (gc_save_target), and its temporary file can be created in that folder.
+static int gc_check_save_path(const char* path) {
+    char dest[PATH_MAX], tmp[PATH_MAX + 32];
+    GC_TRY(gc_save_target(path, dest, sizeof dest));
+    GC_TRY(gc_temporary(dest, tmp, sizeof tmp));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) return gc_fail(GC_ERR_IO, "%s: a checkpoint cannot be written there: %s", path, strerror(errno));
+    close(fd);
+    unlink(tmp);
+    return GC_OK;
+}
+
+static int gc_write_atomic(const char* path, const void* data, size_t n) {
+    char dest[PATH_MAX], tmp[PATH_MAX + 32];
+    GC_TRY(gc_save_target(path, dest, sizeof dest));
+    GC_TRY(gc_temporary(dest, tmp, sizeof tmp));
+    struct sigaction old[3];
+    gc_guard_save(tmp, old);
     FILE* f = fopen(tmp, "wb");
-    if (!f) return gc_fail(GC_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!f) {
+        int err = errno;
+        gc_guard_save(NULL, old);
+        return gc_fail(GC_ERR_IO, "%s: cannot write checkpoint: cannot create %s: %s", path, tmp, strerror(err));
+    }
     int ok = fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int err = errno;
     ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
+    if (!ok || rename(tmp, dest) != 0) {
         if (ok) err = errno;
         remove(tmp);
+        gc_guard_save(NULL, old);
         return gc_fail(GC_ERR_IO, "%s: cannot write checkpoint: %s (existing file left unchanged)", path, strerror(err));
     }
+    gc_guard_save(NULL, old);
     return GC_OK;
 }
 
@@ -92,10 +193,10 @@ static int gc_check_finite(const char* path, const gc_tensor_info* t, const void
 }
 
 static int gc_checkpoint_save(const char* path, const gc_tensor_info* table, int n, uint64_t layout_hash,
-                              const gc_train_state* st, const unsigned char* arena) {
+                              uint64_t batch, const gc_train_state* st, const unsigned char* arena) {
     gc_buffer b = {0};
     uint32_t version = GC_CKPT_VERSION, count = (uint32_t)n;
-    uint64_t head[6] = {layout_hash, st->step, st->epoch, st->epoch_step, st->seed, st->shuffle};
+    uint64_t head[7] = {layout_hash, st->step, st->epoch, st->epoch_step, st->seed, st->shuffle, batch};
     int rc = GC_OK;
     void* host = NULL;
     if ((rc = gc_buf_put(&b, GC_CKPT_MAGIC, 8)) || (rc = gc_buf_put(&b, &version, 4)) ||
@@ -150,7 +251,7 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
     gc_reader r = {file, size >= 4 ? size - 4 : 0, 0, path};
     char magic[8];
     uint32_t version = 0, count = 0, stored_sum = 0;
-    uint64_t head[6];
+    uint64_t head[7] = {0};
     double loss_sum;
     if (!src) { rc = gc_fail(GC_ERR_MEMORY, "out of host memory"); goto done; }
     if (size < 8 || memcmp(file, GC_CKPT_MAGIC, 8) != 0) {
@@ -164,13 +265,14 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
         rc = gc_fail(GC_ERR_FORMAT, "%s: checksum mismatch over its %zu bytes (corrupted or truncated file)", path, size);
         goto done;
     }
-    if (version != GC_CKPT_VERSION) {
-        rc = gc_fail(GC_ERR_FORMAT, "%s: checkpoint format version %u, this program reads version %u", path, version,
-                     GC_CKPT_VERSION);
+    if (version != GC_CKPT_VERSION && version != 2) {
+        rc = gc_fail(GC_ERR_FORMAT, "%s: checkpoint format version %u, this program reads versions 2 and %u", path,
+                     version, GC_CKPT_VERSION);
         goto done;
     }
     if ((rc = gc_take(&r, magic, 8, "magic")) || (rc = gc_take(&r, &version, 4, "version")) ||
-        (rc = gc_take(&r, &count, 4, "tensor count")) || (rc = gc_take(&r, head, sizeof head, "header")) ||
+        (rc = gc_take(&r, &count, 4, "tensor count")) ||
+        (rc = gc_take(&r, head, sizeof(uint64_t) * (version == 2 ? 6 : 7), "header")) ||
         (rc = gc_take(&r, &loss_sum, 8, "header"))) goto done;
     if (head[0] != layout_hash) {
         rc = gc_fail(GC_ERR_FORMAT, "%s: written by a different program (parameter layout hash %016llx, this "
@@ -219,6 +321,7 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
         for (int i = 0; i < n; i++)
             if ((rc = gc_copy_to_device(arena + table[i].offset, src[i], table[i].nbytes))) goto done;
         st->step = head[1]; st->epoch = head[2]; st->epoch_step = head[3]; st->seed = head[4]; st->shuffle = head[5];
+        st->batch = head[6];
         st->loss_sum = loss_sum;
     }
 done:

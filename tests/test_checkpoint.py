@@ -1,5 +1,6 @@
 """Checkpoints: the format read and written from Python and from C, optimizer state included, every way a
 file can be wrong (each with its message, from both readers), and atomic writes."""
+import os
 import struct
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 import gcompile as gc
 from gcompile import checkpoint as ck
 from reliability import artifact, model  # noqa: F401 - pytest fixtures
-from reliability import BAD_CHECKPOINTS, BATCH, CLASSES, FEATURES, resealed, small_program
+from reliability import BAD_CHECKPOINTS, BATCH, CLASSES, FEATURES, as_version_2, resealed, small_program
 
 
 def batches(n, seed=0):
@@ -22,6 +23,12 @@ def test_read_checkpoint_is_public_and_documented():
     assert gc.read_checkpoint is ck.read_checkpoint and gc.write_checkpoint is ck.write_checkpoint
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "gc.read_checkpoint(" in readme
+
+
+def test_read_checkpoint_takes_paths_only(tmp_path):
+    """An int would be taken by open() as a file descriptor, and closed after."""
+    with pytest.raises(gc.GCompileError, match="a path must be a str, bytes or os.PathLike, not int"):
+        gc.read_checkpoint(1)
 
 
 def test_save_holds_every_variable_and_the_position(model, tmp_path):
@@ -95,8 +102,8 @@ def test_python_reader_checks_the_files_own_consistency(tmp_path):
     nbytes_at = ck.HEADER.size + 2 + 1 + 2 + 16
     body[nbytes_at:nbytes_at + 8] = struct.pack("<Q", 20)
     (tmp_path / "a.ckpt").write_bytes(resealed(bytes(body)))
-    with pytest.raises(gc.DataError, match=r"byte 72: tensor 'a': byte count 20 does not match its shape \(2, 3\) "
-                                           r"of float32"):
+    with pytest.raises(gc.DataError, match=rf"byte {ck.HEADER.size}: tensor 'a': byte count 20 does not match its "
+                                           r"shape \(2, 3\) of float32"):
         gc.read_checkpoint(tmp_path / "a.ckpt")
     twice = ck.encode(ck.Checkpoint(tensors, 7))[:-4]
     twice = twice[:12] + struct.pack("<I", 2) + twice[16:] + twice[ck.HEADER.size:]
@@ -105,8 +112,44 @@ def test_python_reader_checks_the_files_own_consistency(tmp_path):
         gc.read_checkpoint(tmp_path / "b.ckpt")
     deep = ck.encode(ck.Checkpoint({"d": np.zeros((1,) * 9, dtype=np.float32)}, 7))   # a fuzzer's header said 50
     (tmp_path / "c.ckpt").write_bytes(deep)
-    with pytest.raises(gc.DataError, match=r"c.ckpt: byte 72: tensor 'd': 9 dimensions, at most 8"):
+    with pytest.raises(gc.DataError, match=rf"c.ckpt: byte {ck.HEADER.size}: tensor 'd': 9 dimensions, at most 8"):
         gc.read_checkpoint(tmp_path / "c.ckpt")
+
+
+def test_version_2_files_are_still_read(model, tmp_path):
+    """Format 2 is format 3 without the batch in the header: both readers take it (batch 0: not recorded)."""
+    model.train_step(*batches(1)[0])
+    model.save(tmp_path / "v3.ckpt")
+    head = ck.HEADER.unpack_from((tmp_path / "v3.ckpt").read_bytes())
+    assert head[1] == 3 and head[9] == BATCH   # version, batch
+    (tmp_path / "v2.ckpt").write_bytes(as_version_2((tmp_path / "v3.ckpt").read_bytes()))
+    old, new = gc.read_checkpoint(tmp_path / "v2.ckpt"), gc.read_checkpoint(tmp_path / "v3.ckpt")
+    assert (old.batch, new.batch, old.step, old.layout_hash) == (0, BATCH, 1, new.layout_hash)
+    assert old.tensors.keys() == new.tensors.keys()
+    assert all(old.tensors[n].tobytes() == new.tensors[n].tobytes() for n in new.tensors)
+    before = model.params
+    model.train_step(*batches(1)[0])
+    model.load(tmp_path / "v2.ckpt")
+    for name, value in model.params.items():
+        np.testing.assert_array_equal(value, before[name])
+
+
+def test_saving_through_a_link_replaces_the_file_it_names(model, tmp_path):
+    """Not the link; and a device or fifo at the path is refused rather than replaced by a plain file."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link.ckpt").symlink_to("real/file.ckpt")   # dangling until the first save
+    model.save(tmp_path / "link.ckpt")
+    gc.write_checkpoint(tmp_path / "plink.ckpt", gc.read_checkpoint(tmp_path / "link.ckpt"))
+    (tmp_path / "plink2.ckpt").symlink_to(tmp_path / "plink.ckpt")
+    gc.write_checkpoint(tmp_path / "plink2.ckpt", gc.read_checkpoint(tmp_path / "real" / "file.ckpt"))
+    assert (tmp_path / "link.ckpt").is_symlink() and (tmp_path / "plink2.ckpt").is_symlink()
+    assert (tmp_path / "real" / "file.ckpt").read_bytes() == (tmp_path / "plink.ckpt").read_bytes()
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(gc.RuntimeFailure, match=r"fifo: a device, fifo or socket, not a regular file"):
+        model.save(tmp_path / "fifo")
+    with pytest.raises(gc.DataError, match=r"fifo: a device, fifo or socket, not a regular file"):
+        gc.write_checkpoint(tmp_path / "fifo", gc.read_checkpoint(tmp_path / "plink.ckpt"))
+    assert not (tmp_path / "fifo").is_file()
 
 
 def test_paths_that_are_not_files(model, tmp_path):
@@ -125,10 +168,11 @@ def test_a_failed_save_leaves_the_existing_file_and_no_temporary(model, tmp_path
     model.save(target)
     before = target.read_bytes()
     (tmp_path / "sub").mkdir()
-    with pytest.raises(gc.RuntimeFailure, match=r"gc_save: .*/sub: cannot write checkpoint: Is a directory "
-                                                r"\(existing file left unchanged\)"):
-        model.save(tmp_path / "sub")          # rename onto a directory fails after the data was written
-    with pytest.raises(gc.RuntimeFailure, match=r"cannot create"):
+    with pytest.raises(gc.RuntimeFailure, match=r"gc_save: .*/sub: a folder, not a regular file: a checkpoint is "
+                                                r"not written there"):
+        model.save(tmp_path / "sub")
+    with pytest.raises(gc.RuntimeFailure, match=r"dir.ckpt: cannot write checkpoint: cannot create .*/dir.ckpt.tmp.\d+: "
+                                                r"No such file or directory"):
         model.save(tmp_path / "no" / "such" / "dir.ckpt")
     with pytest.raises(gc.DataError, match="cannot store complex128"):
         gc.write_checkpoint(target, ck.Checkpoint({"z": np.zeros(2, complex)}, 0))

@@ -146,3 +146,31 @@ def test_resume_errors(small, tmp_path):
     other = gc.compile(small_program(momentum=0.0), target="cpu", out_dir=tmp_path / "other")
     proc = run_binary(other, "train", "--resume", ckpt, "--data", data, check=1)
     assert f"error: {ckpt}: written by a different program" in proc.stderr
+
+    # the same parameters, another batch: its epochs are other steps (the layout hash cannot tell)
+    assert gc.read_checkpoint(ckpt).batch == 4
+    halves = gc.compile(small_program(batch=2), target="cpu", out_dir=tmp_path / "halves")
+    proc = run_binary(halves, "train", "--resume", ckpt, "--data", data, "--epochs", 2, check=2)
+    assert f"error: {ckpt}: saved by a build of batch 4, this one's batch is 2: a run resumes with the batch it " \
+           "began with (--load starts a new run from its parameters)" in proc.stderr
+    run_binary(halves, "train", "--load", ckpt, "--data", data, "--epochs", 1, "--save", tmp_path / "b2.ckpt", check=0)
+    assert gc.read_checkpoint(tmp_path / "b2.ckpt").batch == 2
+
+
+def test_load_starts_a_new_run_whose_schedule_spans_it(tmp_path):
+    """--load: the checkpoint's parameters (and optimizer state), a step counter from 0, so that a learning-rate
+    schedule spans this run's --epochs (it went on from the file's count: a cosine run had finished already)."""
+    x, y = gc.placeholder("x", (4, 6)), gc.placeholder("y", (4,), dtype="int32")
+    W = gc.variable("W", init=np.random.RandomState(0).normal(0, 0.3, (6, 3)).astype(np.float32))
+    logits = x @ W
+    program = gc.Program(gc.softmax_cross_entropy(logits, y), [W], gc.SGD(lr=0.5, schedule="cosine"),
+                         outputs={"logits": logits}, name="cosine")
+    artifact = gc.compile(program, target="cpu", out_dir=tmp_path / "build")
+    data = synthetic_dataset(tmp_path / "data", n_train=40, n_valid=12)   # 10 steps per epoch
+    first, second = tmp_path / "first.ckpt", tmp_path / "second.ckpt"
+    run_binary(artifact, "train", "--data", data, "--epochs", 1, "--save", first, check=0)
+    proc = run_binary(artifact, "train", "--data", data, "--epochs", 1, "--load", first, "--save", second, check=0)
+    a, b = gc.read_checkpoint(first), gc.read_checkpoint(second)
+    assert (a.step, b.step, int(b.tensors["step"]), b.epoch) == (10, 10, 10, 1)
+    assert np.abs(a.tensors["W"] - b.tensors["W"]).max() > 1e-3   # the schedule's first steps: not lr x 0
+    assert "resuming" not in proc.stdout

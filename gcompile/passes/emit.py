@@ -55,11 +55,12 @@ def runtime_parts(names) -> list[dict]:
     return [{"name": f"runtime/{n}", "summary": s, "text": (root / n).read_text()} for n, s in names]
 
 
-def tensor_row(node: Node, offset: int, comment: str = "") -> dict:
+def tensor_row(node: Node, offset: int, comment: str = "", classes: int = 0) -> dict:
+    """A row of the generated tables (gc_tensor_info); classes: the bound of a label input's values."""
     dims = list(node.shape) or []
     return {"name": node.name, "dtype": DTYPE_CODES[node.dtype], "ndim": len(dims),
             "dims": ", ".join(map(str, dims)) if dims else "0", "offset": offset, "nbytes": node.nbytes,
-            "comment": comment or f"{tuple(node.shape)} {node.dtype}"}
+            "classes": classes, "comment": comment or f"{tuple(node.shape)} {node.dtype}"}
 
 
 def c_string(text: str) -> str:
@@ -274,8 +275,8 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
                               "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
 
     variables = [tensor_row(v, offset(v)) for v in module.variables]
-    train_inputs = [tensor_row(x, offset(x)) for x in module.train_inputs]
-    eval_inputs = [tensor_row(x, offset(x)) for x in module.eval_inputs]
+    train_inputs = [tensor_row(x, offset(x), classes=module.labels.get(x.name, 0)) for x in module.train_inputs]
+    eval_inputs = [tensor_row(x, offset(x), classes=module.labels.get(x.name, 0)) for x in module.eval_inputs]
     eval_outputs = [tensor_row(o, offset(o), f"output '{name}' {tuple(o.shape)} {o.dtype}")
                     for name, o in module.outputs.items()]
     for row, name in zip(eval_outputs, module.outputs):
@@ -292,6 +293,7 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         ("GC_LAYOUT_HASH", f"0x{module.layout_hash:016x}ull"),
         ("GC_HAS_TRAIN_STEP", int(module.loss is not None)),
         ("GC_LOSS_OFFSET", offset(module.loss) if module.loss is not None else 0),
+        ("GC_LOSS_F64", int(module.loss is not None and module.loss.dtype == "float64")),
         ("GC_HAS_LR", int(any(v.name == "lr" for v in module.variables))),
         ("GC_HAS_TRAINER", int(trainer is not None)),
         ("GC_BATCH", module.batch_size),

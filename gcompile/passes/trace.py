@@ -29,6 +29,7 @@ class Module:
     eval_inputs: list[Node] = field(default_factory=list)
     kernels: dict[str, int] = field(default_factory=dict)   # kernel launches per step of each graph (lower)
     precision: str = "fp32"                  # the GEMMs' arithmetic: "fp32" or "tf32" (gemm_tiles.py)
+    labels: dict[str, int] = field(default_factory=dict)   # label inputs: placeholder name -> classes
 
     @property
     def graphs(self) -> dict[str, list[Node]]:
@@ -102,4 +103,17 @@ def trace(program, name: str = "model", source: str = "<python>") -> Module:
         if node.dtype not in FLOAT_DTYPES + ("int32",):
             raise GCompileError(f"compile: output {node.describe()} has dtype {node.dtype}; outputs must be "
                                 "float32, float64 or int32")
+    module.labels = label_inputs(module.train + list(module.outputs.values()))
     return module.refresh()
+
+
+def label_inputs(outputs: list[Node]) -> dict[str, int]:
+    """{placeholder name: classes} for the placeholders fed as softmax_cross_entropy's integer labels: the
+    compiled program checks their values against [0, classes) before it runs a step on them, as the numpy
+    executor does (its kernels would give a NaN loss, which the guard turns into halted updates)."""
+    labels = {}
+    for node in topological_order(outputs):
+        if node.op == "softmax_cross_entropy" and node.inputs[1].op == "placeholder":
+            name, classes = node.inputs[1].name, node.inputs[0].shape[1]
+            labels[name] = min(classes, labels.get(name, classes))
+    return labels

@@ -17,8 +17,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import gcompile as gc  # noqa: E402
-from reliability import (BAD_CHECKPOINTS, DATASET_CASES, IMAGES, LABELS, damaged_dataset, idx_bytes,  # noqa: E402
-                         small_program, write_split)
+from reliability import (BAD_CHECKPOINTS, DATASET_CASES, IMAGES, LABELS, as_version_2, damaged_dataset,  # noqa: E402
+                         idx_bytes, small_program, write_split)
 
 DATASET_FILES = ("train_images.npy", "train_labels.npy")
 
@@ -50,6 +50,7 @@ def write_checkpoints(out: Path, work: Path) -> None:
         for _ in range(3):
             model.train_step(r.uniform(0, 1, (4, 6)).astype(np.float32), r.randint(0, 3, 4).astype(np.int32))
         model.save(out / "ok-trained.ckpt")
+        (out / "ok-version-2.ckpt").write_bytes(as_version_2((out / "ok-trained.ckpt").read_bytes()))
         for case, (make, _) in BAD_CHECKPOINTS.items():
             (out / f"bad-{slug(case)}.ckpt").write_bytes(make(model))
 
