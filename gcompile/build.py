@@ -22,7 +22,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint, write_checkpoint
 from .errors import BuildError, PerformanceWarning
-from .resources import package_dir
+from .resources import make_folder, package_dir
 
 DEFAULT_CUDA_ARCH = "sm_90,compute_90"  # without a GPU to ask: sm_90 machine code plus PTX
 SUFFIX = {"cuda": ".cu", "cpu": ".cpp"}
@@ -283,7 +283,7 @@ def warn_serialized(source: Path, serialized: list[dict]) -> None:
 
 def initial_checkpoint(module) -> Checkpoint:
     tensors = {v.name: np.asarray(v.attrs["init"](v.shape, v.dtype), dtype=v.dtype) for v in module.variables}
-    return Checkpoint(tensors, module.layout_hash)
+    return Checkpoint(tensors, module.layout_hash, batch=module.batch_size)
 
 
 def program_key_file(out: Path, name: str) -> Path:
@@ -307,13 +307,24 @@ def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
             return None
     except OSError:
         return None
-    recorded = read_build_manifest(out / f"{name}.json").get("artifact")
+    manifest = read_build_manifest(out / f"{name}.json")
+    recorded = manifest.get("artifact")
     if recorded is None:
         return None
     artifact = Artifact(**dict(recorded, cached=True, seconds=0.0))
     if not all(Path(p).exists() for p in (artifact.binary, artifact.library, artifact.init, artifact.source)):
         return None
+    if file_sha256(artifact.library) != manifest.get("library_sha256"):
+        return None   # changed since it was built (a truncated copy would kill the process that loads it)
     return artifact
+
+
+def file_sha256(path) -> str | None:
+    """The SHA-256 of a file's bytes (hex), None if it cannot be read."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", program_key: str = "",
@@ -324,7 +335,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     if target == "cuda" and '"' in str(out):   # nvcc hands the objects to nvlink, which drops the quotes
         raise BuildError(f"out_dir {str(out)!r}: the cuda target cannot build in a folder whose path has a double "
                          "quote (nvcc's device linker, nvlink, cannot open such paths); choose another folder")
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, "output", BuildError)
     if target == "cuda":
         arch = arch or detect_arch() or DEFAULT_CUDA_ARCH
         check_wgmma_arch(compiled.kernels, arch)
@@ -343,9 +354,11 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
 
     key = hashlib.sha256("\0".join([compiled.source, *settings]).encode()).hexdigest()
     key_file = out / f".{module.name}.build-key"
-    cached = key_file.exists() and key_file.read_text() == key and binary.exists() and library.exists()
+    manifest_path = out / f"{module.name}.json"
+    cached = key_file.exists() and key_file.read_text() == key and binary.exists() and \
+        file_sha256(library) == read_build_manifest(manifest_path).get("library_sha256")
     if cached:   # the serialized wgmma its build found (the manifest it wrote then)
-        serialized = list(read_build_manifest(out / f"{module.name}.json").get("wgmma_serialized", []))
+        serialized = list(read_build_manifest(manifest_path).get("wgmma_serialized", []))
     else:
         key_file.unlink(missing_ok=True)
         program_key_file(out, module.name).unlink(missing_ok=True)
@@ -363,7 +376,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
         key_file.write_text(key)
 
     artifact = Artifact(module.name, target, str(out), str(source), str(binary), str(library),
-                        str(out / f"{module.name}.json"), str(init), cached, time.perf_counter() - start)
+                        str(manifest_path), str(init), cached, time.perf_counter() - start)
     manifest = dict(module.manifest, target=target, artifact=asdict(artifact),
                     compiler=parts[0], launch_compiler=parts[len(fatbins)] if fatbins else None,
                     host_compiler=parts[-1] if len(parts) > 1 else None,
@@ -371,7 +384,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
                     arena_bytes=compiled.plan.arena_bytes,
                     batch_rows=any(b.rows for b in compiled.plan.buffers),
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes,
-                    wgmma_serialized=serialized)
+                    wgmma_serialized=serialized, library_sha256=file_sha256(library))
     write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
     if program_key:
         program_key_file(out, module.name).write_text(program_key)

@@ -43,6 +43,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import DataError
+from .resources import make_folder
 
 SPLITS = ("train", "valid", "test")
 KINDS = ("images", "labels")
@@ -167,8 +168,7 @@ def write_idx(path, array: np.ndarray) -> None:
 def write_dataset(out_dir, name: str, splits: dict, image_shape, num_classes: int, source: dict) -> dict:
     """Write `splits` ({split: (images uint8 (N, H*W), labels uint8 (N,))}) as .npy files plus the
     manifest, each atomically; returns the manifest."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_folder(out_dir, "dataset", DataError)
     (out_dir / MANIFEST).unlink(missing_ok=True)  # the files below are about to change
     entries = {}
     for split, arrays in splits.items():

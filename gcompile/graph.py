@@ -98,9 +98,26 @@ class Node:
 # ---------------------------------------------------------------------------------------------
 # Leaves
 # ---------------------------------------------------------------------------------------------
+def leaf_shape(op: str, name: str, shape) -> tuple[int, ...]:
+    """A placeholder's or variable's shape as given, checked: a sequence of whole numbers, each at least 1 (a
+    static shape holds values in every dimension; 2.5 is not silently 2, nor -3 left to fail at compile time)."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ShapeError(f"{op} {name!r}: shape must be a sequence of whole numbers, not {shape!r}") from None
+    for d in dims:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+            raise ShapeError(f"{op} {name!r}: shape {dims!r} has {d!r}, not a whole number")
+        if d < 1:
+            raise ShapeError(f"{op} {name!r}: shape {dims!r} has a dimension of {d}; every dimension must be at "
+                             "least 1")
+    return tuple(int(d) for d in dims)
+
+
 def placeholder(name: str, shape: Sequence[int], dtype="float32") -> Node:
     """A value fed at run time (a batch of inputs or labels)."""
-    return Node("placeholder", (), {"shape": tuple(shape), "dtype": canonical_dtype(dtype)}, name=name)
+    return Node("placeholder", (), {"shape": leaf_shape("placeholder", name, shape),
+                                    "dtype": canonical_dtype(dtype)}, name=name)
 
 
 def variable(name: str, shape: Sequence[int] | None = None, init=None, dtype="float32", trainable=True) -> Node:
@@ -120,8 +137,8 @@ def variable(name: str, shape: Sequence[int] | None = None, init=None, dtype="fl
         init = initializers.zeros()
     if shape is None:
         raise ShapeError(f"variable {name!r}: give a shape or an ndarray initial value")
-    return Node("variable", (), {"shape": tuple(shape), "dtype": canonical_dtype(dtype), "init": init,
-                                 "trainable": trainable}, name=name)
+    return Node("variable", (), {"shape": leaf_shape("variable", name, shape), "dtype": canonical_dtype(dtype),
+                                 "init": init, "trainable": trainable}, name=name)
 
 
 def constant(value, dtype=None, name: str | None = None) -> Node:

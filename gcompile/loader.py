@@ -12,12 +12,15 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import cffi
 import numpy as np
 
 from .build import Artifact
+from .checkpoint import checked_path
 from .errors import DataError, GCompileError, RuntimeFailure
 from .executor import check_feed
 
@@ -47,13 +50,20 @@ def copies_dir() -> str:
     return tempfile.mkdtemp(prefix="gcompile-libs-")
 
 
-def open_library(path: str):
-    """dlopen a library by content: a rebuilt library at the same path must not return the old handle."""
+def open_library(path: str, sha256: str | None = None):
+    """dlopen a library by content: a rebuilt library at the same path must not return the old handle. With
+    the digest its build recorded, a library changed since (truncated: dlopen would kill the process) is
+    refused."""
     try:
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        full = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError as e:
         raise GCompileError(f"{path}: cannot read the compiled library ({e.strerror}); was the build directory "
                             "moved or deleted? Compile the program again") from None
+    if sha256 is not None and full != sha256:
+        raise GCompileError(f"{path}: the compiled library is not the one its build wrote (SHA-256 {full[:16]}..., "
+                            f"the manifest records {sha256[:16]}...): truncated or replaced; compile the program "
+                            "again")
+    digest = full[:16]
     if digest not in _libraries:
         copy = os.path.join(copies_dir(), f"{digest}.so")
         if not os.path.exists(copy):
@@ -90,7 +100,7 @@ class Model:
             raise GCompileError(f"{self.manifest['artifact']['library']}: built with sanitize=True; loading it into "
                                 "a process without AddressSanitizer would abort it. Run its binary, or start Python "
                                 "with LD_PRELOAD=$(c++ -print-file-name=libasan.so)")
-        self.lib = open_library(self.manifest["artifact"]["library"])
+        self.lib = open_library(self.manifest["artifact"]["library"], self.manifest.get("library_sha256"))
         self.variables = {v["name"]: v for v in self.manifest["variables"]}
         handle = ffi.new("gc_model**")
         self._check(self.lib.gc_create(handle), "gc_create")
@@ -150,6 +160,10 @@ class Model:
         return float(seconds[0])
 
     def predict(self, *inputs) -> np.ndarray:
+        """The first output of forward(*inputs)."""
+        if not self.manifest["outputs"]:
+            raise GCompileError(f"predict: model {self.manifest['name']!r} has no outputs (give the Program "
+                                "outputs={...})")
         return next(iter(self.forward(*inputs).values()))
 
     def get(self, name: str) -> np.ndarray:
@@ -172,8 +186,14 @@ class Model:
                     "gc_set_variable")
 
     @property
-    def params(self) -> dict[str, np.ndarray]:
-        return {name: self.get(name) for name in self.variables}
+    def params(self) -> Mapping[str, np.ndarray]:
+        """Every variable's value now, by name: a read-only snapshot (writing into it raises rather than
+        changing nothing); `set(name, value)` changes a variable."""
+        snapshot = {}
+        for name in self.variables:
+            snapshot[name] = self.get(name)
+            snapshot[name].flags.writeable = False
+        return MappingProxyType(snapshot)
 
     def save(self, path) -> None:
         """Write every variable and the trainer's position to a checkpoint, atomically."""
@@ -207,10 +227,8 @@ class Model:
 
 
 def c_path(path) -> bytes:
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        raise GCompileError(f"a path must be a str, bytes or os.PathLike, not {type(path).__name__}")
     try:
-        raw = os.fsencode(path)
+        raw = os.fsencode(checked_path(path))
     except UnicodeEncodeError as e:
         raise GCompileError(f"path {path!r} cannot be encoded for the file system: {e.reason}") from None
     if b"\0" in raw:

@@ -15,6 +15,7 @@ so a trainer replaying many steps without looking at the loss still never applie
 from __future__ import annotations
 
 import math
+import numbers
 
 from . import graph as G
 from .errors import GCompileError
@@ -91,10 +92,20 @@ def learning_rate(base: float, schedule, dtype):
     return lr if schedule is None else lr * schedule.factor(dtype)
 
 
+def finite_numbers(owner: str, **values) -> list[float]:
+    """The hyperparameters as floats, each a finite real number (not text, NaN or inf: NaN would pass every
+    range check below), else a GCompileError naming it."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise GCompileError(f"{owner}: {name} must be a finite number, got {value!r}")
+    return [float(v) for v in values.values()]
+
+
 class SGD:
     """p <- p - lr * v,  v <- momentum * v + (g + weight_decay * p)  (v = the gradient when momentum = 0)."""
 
     def __init__(self, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0, schedule=None):
+        lr, momentum, weight_decay = finite_numbers("SGD", lr=lr, momentum=momentum, weight_decay=weight_decay)
         if lr <= 0 or momentum < 0 or weight_decay < 0:
             raise GCompileError(f"SGD: lr must be > 0 and momentum, weight_decay >= 0 (got lr={lr}, "
                                 f"momentum={momentum}, weight_decay={weight_decay})")
@@ -125,6 +136,8 @@ class Adam:
 
     def __init__(self, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
                  weight_decay: float = 0.0, schedule=None):
+        lr, beta1, beta2, eps, weight_decay = finite_numbers(type(self).__name__, lr=lr, beta1=beta1, beta2=beta2,
+                                                             eps=eps, weight_decay=weight_decay)
         if lr <= 0 or not (0 <= beta1 < 1 and 0 <= beta2 < 1) or eps <= 0 or weight_decay < 0:
             raise GCompileError(f"{type(self).__name__}: need lr > 0, 0 <= beta1, beta2 < 1, eps > 0, "
                                 f"weight_decay >= 0 (got lr={lr}, beta1={beta1}, beta2={beta2}, eps={eps}, "

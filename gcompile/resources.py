@@ -1,10 +1,25 @@
-"""Where the files gcompile ships live, and a digest of them (part of every build's cache key)."""
+"""Where the files gcompile ships live, and a digest of them (part of every build's cache key); the folders
+it writes into."""
 from __future__ import annotations
 
 import functools
 import hashlib
 from importlib import resources
 from pathlib import Path
+
+from .errors import GCompileError
+
+
+def make_folder(path, what: str, error=GCompileError) -> Path:
+    """The folder at path, made with its parents where missing; a path that cannot be one (a file there or
+    above it, no permission) raises `error` naming it and `what` it was for."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        reason = "a file is there" if isinstance(e, FileExistsError) else e.strerror
+        raise error(f"{path}: cannot make the {what} folder: {reason}") from None
+    return path
 
 
 def package_dir(name: str) -> Path:

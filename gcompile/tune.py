@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import GCompileError
+from .resources import make_folder
 from .passes.lower import C_TYPES, kernel_key
 
 FORMAT = "gcompile-tuning/1"
@@ -314,7 +315,7 @@ def tune(program, name: str | None = None, precision: str = "fp32", arch: str | 
 def write_record(record: dict, path) -> None:
     """The record as JSON at path, whole or not at all: an earlier record there is not left half-written."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent, "tuning record's")
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(record, indent=1) + "\n")
     os.replace(partial, path)

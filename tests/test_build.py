@@ -38,6 +38,18 @@ def test_second_build_is_a_cache_hit_and_a_change_rebuilds(tmp_path):
     assert read_checkpoint(rebuilt.init).tensors["lr"] == np.float32(0.2)
 
 
+def test_a_changed_library_is_not_a_cache_hit(tmp_path):
+    """A library cut short (or replaced) since its build is built again, not handed to gc.load."""
+    first = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
+    library = open(first.library, "rb").read()
+    open(first.library, "wb").write(library[:1000])
+    again = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
+    assert not again.cached and len(open(again.library, "rb").read()) == len(library)
+    with gc.load(again) as m:
+        assert m.params["W"].shape == (3, 2)
+    assert gc.compile(tiny_program(), target="cpu", out_dir=tmp_path).cached
+
+
 def test_initial_checkpoint_holds_the_initializers_values(tmp_path):
     artifact = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
     ckpt = read_checkpoint(artifact.init)

@@ -108,6 +108,13 @@ CASES = {
     "pow of int32": (lambda: P("i", (3,), dtype="int32") ** 2, ["pow", "float", "i (3,) int32"]),
     "unsupported dtype": (lambda: P("a", (3,), dtype="int64"), ["unsupported dtype 'int64'", "float32"]),
     "no node operand": (lambda: gc.add(1.0, 2.0), ["add", "graph node"]),
+    "negative dimension": (lambda: P("x", (-3, 4)), ["placeholder 'x'", "(-3, 4)", "dimension of -3", "at least 1"]),
+    "zero dimension": (lambda: gc.variable("W", (4, 0)), ["variable 'W'", "(4, 0)", "dimension of 0"]),
+    "empty initial value": (lambda: gc.variable("W", init=np.zeros((0, 3), np.float32)),
+                            ["variable 'W'", "(0, 3)", "dimension of 0"]),
+    "fractional dimension": (lambda: P("x", (2.5, 3)), ["placeholder 'x'", "(2.5, 3)", "2.5, not a whole number"]),
+    "bool dimension": (lambda: P("x", (True, 3)), ["placeholder 'x'", "True, not a whole number"]),
+    "shape not a sequence": (lambda: P("x", 5), ["placeholder 'x'", "sequence of whole numbers, not 5"]),
 }
 
 

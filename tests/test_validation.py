@@ -2,6 +2,7 @@
 gc_check_file), the binary's command line, `gcompile`'s command line and model files, and the ABI (through
 gc.load's Model and through raw C calls)."""
 import json
+import os
 import re
 import textwrap
 
@@ -35,8 +36,41 @@ def test_good_files_pass_the_same_checks(artifact, model, tmp_path):
     model.check_file("valid", data)
     proc = run_binary(artifact, "check", "valid", data, tmp_path / "nowhere")
     assert proc.returncode == 1
-    assert proc.stdout.splitlines() == [f"{data}: ok", f"{tmp_path}/nowhere: error: {tmp_path}/nowhere/"
-                                        "valid_images.npy: not found"]
+    assert proc.stdout.splitlines() == [f"{data}: ok", f"{tmp_path}/nowhere: error: {tmp_path}/nowhere: cannot "
+                                        "open the dataset folder: No such file or directory"]
+
+
+def test_data_that_is_not_a_dataset_folder(artifact, tmp_path):
+    (tmp_path / "file").write_text("x")
+    proc = run_binary(artifact, "train", "--data", tmp_path / "file", check=1)
+    assert f"error: {tmp_path}/file: not a folder (--data names the folder" in proc.stderr
+    proc = run_binary(artifact, "train", "--data", tmp_path / "none", check=1)
+    assert f"error: {tmp_path}/none: cannot open the dataset folder: No such file or directory" in proc.stderr
+    idx = tmp_path / "idx"   # IDX files hold a train and a test split: no valid split to train with
+    idx.mkdir()
+    (idx / "train-images-idx3-ubyte").write_bytes(idx_bytes(IMAGES))
+    (idx / "train-labels-idx1-ubyte").write_bytes(idx_bytes(LABELS))
+    proc = run_binary(artifact, "train", "--data", idx, check=1)
+    assert f"error: {idx}/valid_images.npy: not found (training and eval's default split validate on " \
+           "valid_*.npy, which `gcompile data` writes; IDX files hold only a train and a test split)" in proc.stderr
+
+
+@pytest.mark.parametrize("where,status,message", [
+    ("nowhere/x.ckpt", 1, "{p}: a checkpoint cannot be written there: No such file or directory"),
+    ("folder", 2, "{p}: a folder, not a regular file: a checkpoint is not written there"),
+    ("fifo", 2, "{p}: a device, fifo or socket, not a regular file: a checkpoint is not written there"),
+    ("", 2, "the checkpoint path is empty"),
+])
+def test_a_save_path_that_cannot_hold_a_checkpoint_is_refused_before_training(artifact, tmp_path, where, status,
+                                                                              message):
+    """Found before the first step, not after the last one (the run's work would be lost)."""
+    data = synthetic_dataset(tmp_path / "data", n_train=40, n_valid=8)
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    path = str(tmp_path / where) if where else ""
+    proc = run_binary(artifact, "train", "--data", data, "--epochs", 1, "--save", path, check=status)
+    assert proc.stderr == f"error: {message.format(p=path)}\n" and "epoch" not in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "fifo", "folder"]   # nothing left behind
 
 
 def test_too_few_examples_for_one_batch(artifact, tmp_path):
@@ -65,7 +99,8 @@ ARG_CASES = [
     (["train", "--data", "D", "--split", "test"], "unknown option '--split' for train"),
     (["eval", "--data", "D", "--epochs", "3"], "unknown option '--epochs' for eval"),
     (["eval", "--data", "D", "--split", "train"], "--split: 'train' is not valid or test"),
-    (["check", "weights", "f"], "gc_check_file: unknown kind 'weights' (checkpoint, train, valid or test)"),
+    (["check", "weights", "f"], "check: unknown kind 'weights': expected checkpoint, train, valid or test"),
+    (["train", "--data", "D", "--save", "--epochs", "1"], "--save needs a value, not the option '--epochs'"),
     (["check", "checkpoint"], "usage: "),
 ]
 
@@ -115,6 +150,16 @@ MODEL_CASES = {  # name: (model file text, extra arguments, message)
     "bad arch": (GOOD_MODEL, ["--target", "cuda", "--arch", "sm90"], r"'sm90' is not sm_XY or compute_XY"),
     "sanitize cuda": (GOOD_MODEL, ["--target", "cuda", "--sanitize"], r"sanitize=True builds the cpu target"),
     "no such file": (None, [], r"no such model file"),
+    "exits": ("import sys\nsys.exit(0)\n", [], r"model.py:2: the model file called sys.exit\(0\); it should define "
+              r"program\(\) and leave running to gcompile"),
+    "a setting as text": (GOOD_MODEL.replace("batch_size=4", "batch_size=4, lr=0.1").replace("SGD(0.1)", "SGD(lr)"),
+                          ["--set", "lr=fast"], r"SGD: lr must be a finite number, got 'fast'"),
+    "a setting as text, in arithmetic": (
+        GOOD_MODEL.replace("batch_size=4", "batch_size=4, lr=0.1").replace("SGD(0.1)", "SGD(lr * 1.0)"),
+        ["--set", "lr=fast"], r"model.py:6: the model file raised TypeError: can't multiply sequence by non-int of "
+                              r"type 'float' \(--set lr=fast: passed as text, not a Python literal\)"),
+    "batch size twice": (GOOD_MODEL, ["--batch-size", "8", "--set", "batch_size=4"],
+                         r"--batch-size 8 and --set batch_size=4: give one"),
 }
 
 
@@ -138,6 +183,17 @@ def test_gcompile_command_line(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as done:
         gcompile_main(["build", str(model_file(tmp_path, GOOD_MODEL)), *args])
     assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out,reason", [("file", "a file is there"), ("file/sub", "Not a directory")])
+def test_an_output_folder_that_cannot_be_made(tmp_path, capsys, out, reason):
+    (tmp_path / "file").write_text("kept")
+    for command in ("build", "run"):
+        assert gcompile_main([command, str(model_file(tmp_path, GOOD_MODEL)), "--target", "cpu", "-o",
+                              str(tmp_path / out)]) == 1
+        err = capsys.readouterr().err
+        assert f"error: {tmp_path / out}: cannot make the output folder: {reason}" in err and "Traceback" not in err
+    assert (tmp_path / "file").read_text() == "kept"
 
 
 def test_an_op_the_target_cannot_lower(tmp_path, monkeypatch):
@@ -180,12 +236,49 @@ def good_batch():
     (lambda m, x, y: m.set("step", 1.5), r"value for variable 'step': expected integers \(int32\), got float64"),
     (lambda m, x, y: m.set("nothing", 1), r"no variable named 'nothing'"),
     (lambda m, x, y: m.check_file("weights", "x"), r"unknown kind 'weights'"),
+    # labels beyond the logits' classes: refused before the step (its kernels would make the loss NaN and halt
+    # the updates), with the numpy executor's message; the model stays usable (below)
+    (lambda m, x, y: m.train_step(x, np.where(np.arange(BATCH) == 2, CLASSES, y).astype(np.int32)),
+     rf"gc_train_step: input 1 \(y\): label {CLASSES} at index 2 is outside \[0, {CLASSES}\)"),
+    (lambda m, x, y: m.train_step(x, -np.ones(BATCH, np.int32)),
+     rf"gc_train_step: input 1 \(y\): label -1 at index 0 is outside \[0, {CLASSES}\)"),
 ])
 def test_model_rejects_bad_calls(model, call, message):
     x, y = good_batch()
     with pytest.raises(gc.GCompileError, match=message):
         call(model, x, y)
     assert model.train_step(x, y) > 0  # and stays usable
+
+
+def test_params_is_a_read_only_snapshot(model):
+    """Writing into params would change nothing in the model: it raises instead; set() is the way."""
+    W1 = model.params["W1"]
+    with pytest.raises(ValueError, match="read-only"):
+        W1[:] = 0
+    with pytest.raises(TypeError):
+        model.params["W1"] = np.zeros((FEATURES, 5), np.float32)
+    model.set("W1", np.full((FEATURES, 5), 0.5, np.float32))
+    assert (model.params["W1"] == 0.5).all() and not (W1 == 0.5).all()   # a snapshot: the old one unchanged
+
+
+def test_predict_without_outputs(tmp_path):
+    x, y = gc.placeholder("x", (BATCH, FEATURES)), gc.placeholder("y", (BATCH,), dtype="int32")
+    W = gc.variable("W", (FEATURES, CLASSES))
+    program = gc.Program(gc.softmax_cross_entropy(x @ W, y), [W], gc.SGD(0.1), name="nooutputs")
+    with gc.load(gc.compile(program, target="cpu", out_dir=tmp_path)) as m:
+        with pytest.raises(gc.GCompileError, match="predict: model 'nooutputs' has no outputs"):
+            m.predict()
+
+
+def test_a_float64_loss_is_returned_as_computed(tmp_path):
+    """train_step reads the loss in the program's float type (it once read a double's first 4 bytes)."""
+    x, y = gc.placeholder("x", (BATCH, FEATURES), dtype="float64"), gc.placeholder("y", (BATCH,), dtype="int32")
+    W = gc.variable("W", init=np.random.RandomState(2).normal(0, 0.5, (FEATURES, CLASSES)), dtype="float64")
+    loss = gc.softmax_cross_entropy(x @ W, y)
+    xb, yb = good_batch()
+    want = gc.NumpyExecutor([loss]).run({x: xb.astype(np.float64), y: yb})[0]
+    with gc.load(gc.compile(gc.Program(loss, [W], gc.SGD(0.1), name="f64"), target="cpu", out_dir=tmp_path)) as m:
+        assert m.train_step(xb.astype(np.float64), yb) == pytest.approx(float(want), rel=1e-12)
 
 
 def test_non_contiguous_arrays_are_read_correctly(artifact):
@@ -261,6 +354,13 @@ def test_load_errors(artifact, tmp_path):
     (tmp_path / "x.json").write_text(json.dumps(manifest))
     with pytest.raises(gc.GCompileError, match=r"gone.so: cannot read the compiled library \(No such file or "
                                                r"directory\); was the build directory moved or deleted?"):
+        gc.load(tmp_path / "x.json")
+    truncated = tmp_path / "truncated.so"   # dlopen of a cut library would kill the process (SIGBUS)
+    truncated.write_bytes(open(artifact.library, "rb").read()[:1000])
+    manifest["artifact"]["library"] = str(truncated)
+    (tmp_path / "x.json").write_text(json.dumps(manifest))
+    with pytest.raises(gc.GCompileError, match=r"truncated.so: the compiled library is not the one its build wrote "
+                                               r"\(SHA-256 .*\): truncated or replaced; compile the program again"):
         gc.load(tmp_path / "x.json")
     manifest["sanitize"] = True
     (tmp_path / "x.json").write_text(json.dumps(manifest))

@@ -49,6 +49,8 @@ def load_program(path, batch_size: int | None = None, settings: dict | None = No
         raise GCompileError(f"{path}: a model file must define program(batch_size=...) returning a gc.Program")
     kwargs = dict(settings or {})
     if batch_size is not None:
+        if "batch_size" in kwargs:
+            raise GCompileError(f"--batch-size {batch_size} and --set batch_size={kwargs['batch_size']!r}: give one")
         kwargs["batch_size"] = batch_size
     accepted = inspect.signature(make).parameters
     unknown = [name for name in kwargs if name not in accepted]
@@ -56,24 +58,30 @@ def load_program(path, batch_size: int | None = None, settings: dict | None = No
         flags = ", ".join("--batch-size" if n == "batch_size" else f"--set {n}=..." for n in unknown)
         raise GCompileError(f"{path}: program() takes no {', '.join(unknown)}, so {flags} cannot be used "
                             f"(it takes {', '.join(accepted) or 'nothing'})")
-    program = run_model_code(path, make, **kwargs)
+    texts = [f"--set {name}={value}" for name, value in (settings or {}).items() if isinstance(value, str)]
+    program = run_model_code(path, make, note=f" ({', '.join(texts)}: passed as text, not a Python literal)"
+                             if texts else "", **kwargs)
     if not isinstance(program, Program):
         raise GCompileError(f"{path}: program() returned {type(program).__name__}, not a gc.Program")
     return program
 
 
-def run_model_code(path: Path, function, *args, **kwargs):
+def run_model_code(path: Path, function, *args, note: str = "", **kwargs):
     """Call model-file code; an exception it raises (other than gcompile's own errors, which say what they
-    mean) becomes a GCompileError naming the model file's line, instead of a traceback."""
+    mean) becomes a GCompileError naming the model file's line (and `note`), instead of a traceback; so does
+    an exit (sys.exit), which would otherwise end gcompile with nothing built and no message."""
     try:
         return function(*args, **kwargs)
     except GCompileError:
         raise
-    except Exception as e:  # noqa: BLE001 - any error of user code is reported, with its place
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - any error of user code is reported, with its place
         frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == path.resolve()]
         line = getattr(e, "lineno", None) if isinstance(e, SyntaxError) else (frames[-1].lineno if frames else None)
         where = f"{path}:{line}" if line else str(path)
-        raise GCompileError(f"{where}: the model file raised {type(e).__name__}: {e}") from e
+        if isinstance(e, SystemExit):
+            raise GCompileError(f"{where}: the model file called sys.exit({e.code!r}); it should define program() "
+                                "and leave running to gcompile") from e
+        raise GCompileError(f"{where}: the model file raised {type(e).__name__}: {e}{note}") from e
 
 
 def default_target() -> str:
