@@ -13,6 +13,7 @@ import gcompile as gc
 from gcompile.cli import main as gcompile_main
 from gcompile.loader import ffi
 from reliability import artifact, model  # noqa: F401 - pytest fixtures
+from golden import TARGETS
 from reliability import (BATCH, CLASSES, DATASET_CASES, FEATURES, IMAGES, LABELS, damaged_dataset, idx_bytes,
                          run_binary, small_program, synthetic_dataset, write_split)
 
@@ -270,15 +271,35 @@ def test_predict_without_outputs(tmp_path):
             m.predict()
 
 
-def test_a_float64_loss_is_returned_as_computed(tmp_path):
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_float64_loss_is_returned_as_computed(tmp_path, target):
     """train_step reads the loss in the program's float type (it once read a double's first 4 bytes)."""
     x, y = gc.placeholder("x", (BATCH, FEATURES), dtype="float64"), gc.placeholder("y", (BATCH,), dtype="int32")
     W = gc.variable("W", init=np.random.RandomState(2).normal(0, 0.5, (FEATURES, CLASSES)), dtype="float64")
     loss = gc.softmax_cross_entropy(x @ W, y)
     xb, yb = good_batch()
     want = gc.NumpyExecutor([loss]).run({x: xb.astype(np.float64), y: yb})[0]
-    with gc.load(gc.compile(gc.Program(loss, [W], gc.SGD(0.1), name="f64"), target="cpu", out_dir=tmp_path)) as m:
+    with gc.load(gc.compile(gc.Program(loss, [W], gc.SGD(0.1), name="f64"), target=target, out_dir=tmp_path)) as m:
         assert m.train_step(xb.astype(np.float64), yb) == pytest.approx(float(want), rel=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_labels_out_of_range_are_refused_before_the_step(tmp_path, target):
+    """By train_step and forward (where the loss is an output), on each target: the model is not halted."""
+    x, y = gc.placeholder("x", (BATCH, FEATURES)), gc.placeholder("y", (BATCH,), dtype="uint8")
+    W = gc.variable("W", init=np.random.RandomState(2).normal(0, 0.5, (FEATURES, CLASSES)).astype(np.float32))
+    loss = gc.softmax_cross_entropy(x @ W, y)
+    program = gc.Program(loss, [W], gc.SGD(0.1), outputs={"loss": loss}, name="labels")
+    xb, yb = good_batch()
+    bad = yb.astype(np.uint8)
+    bad[3] = 200
+    with gc.load(gc.compile(program, target=target, out_dir=tmp_path)) as m:
+        for call in (m.train_step, m.forward):
+            with pytest.raises(gc.RuntimeFailure, match=rf"input 1 \(y\): label 200 at index 3 is outside "
+                                                        rf"\[0, {CLASSES}\)"):
+                call(xb, bad)
+        assert m.params["step"] == 0
+        assert np.isfinite(m.train_step(xb, yb.astype(np.uint8))) and m.params["step"] == 1
 
 
 def test_non_contiguous_arrays_are_read_correctly(artifact):
