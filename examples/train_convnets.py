@@ -24,8 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import gcompile as gc
-from gcompile.commands.model_file import default_target, load_program
+from gcompile.commands.model_file import at_least_one, default_target, load_program
 from gcompile.data import prepare_fashion_mnist, prepare_mnist
+from gcompile.resources import make_folder
 
 HERE = Path(__file__).resolve().parent
 RUNS = {  # name: model file, program() options, dataset, epochs, split the target is measured on, target
@@ -45,7 +46,7 @@ def build(name: str, program, target: str, out: Path):
 
 def train(name: str, artifact, compile_seconds: float, data: Path, out: Path, epochs: int | None) -> dict:
     _, options, _, default_epochs, split, goal = RUNS[name]
-    epochs = epochs or default_epochs
+    epochs = default_epochs if epochs is None else epochs
     log, checkpoint = out / name / "metrics.jsonl", out / name / "trained.ckpt"
     log.unlink(missing_ok=True)
     start = time.perf_counter()
@@ -66,28 +67,26 @@ def train(name: str, artifact, compile_seconds: float, data: Path, out: Path, ep
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     parser.add_argument("--mnist-from", metavar="FILE", help="mnist.pkl.gz (default: fetch it, needs a network)")
     parser.add_argument("--fashion-from", metavar="DIR", help="folder of the Fashion-MNIST IDX files (default: "
                         "/usr/share/datasets/fashion-mnist)")
     parser.add_argument("--data", metavar="DIR", default="build/convnets/data", help="where the datasets go")
     parser.add_argument("--out", metavar="DIR", default="build/convnets", help="builds, logs and the summary")
     parser.add_argument("--only", choices=sorted(RUNS), action="append", help="run only this model (repeatable)")
-    parser.add_argument("--epochs", type=int, default=None, help="override every run's number of epochs")
+    parser.add_argument("--epochs", type=at_least_one("--epochs"), default=None,
+                        help="override every run's number of epochs")
     parser.add_argument("--target", choices=("cuda", "cpu"), default=None, help="default: cuda when a GPU is present")
     args = parser.parse_args(argv)
-    out, target = Path(args.out), args.target or default_target()
-    out.mkdir(parents=True, exist_ok=True)
-    data = {"mnist": lambda: prepare_mnist(Path(args.data) / "mnist", args.mnist_from),
-            "fashion-mnist": lambda: prepare_fashion_mnist(Path(args.data) / "fashion-mnist", args.fashion_from)}
-    names = args.only or sorted(RUNS)
-    programs = {name: load_program(HERE / RUNS[name][0], settings=RUNS[name][1]) for name in names}
-    with ThreadPoolExecutor(len(names)) as pool:
-        builds = dict(zip(names, pool.map(lambda name: build(name, programs[name], target, out), names)))
-    results = []
-    for name in names:
-        results.append(train(name, *builds[name], data[RUNS[name][2]](), out, args.epochs))
-        (out / "summary.json").write_text(json.dumps(results, indent=1) + "\n")
+    try:
+        results = run(args)
+    except gc.GCompileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as e:   # the trainer printed its own error
+        print(f"error: {' '.join(map(str, e.cmd))} exited with status {e.returncode}", file=sys.stderr)
+        return 1
+    out = Path(args.out)
     print(f"\n{'model':<10} {'epochs':>6} {'train s':>8} {'compile s':>9} {'examples/s':>10}  accuracy (goal)")
     for r in results:
         print(f"{r['model']:<10} {r['epochs']:>6} {r['train_wall_seconds']:>8.1f} {r['compile_seconds']:>9.1f} "
@@ -95,6 +94,24 @@ def main(argv=None) -> int:
               f"{'reached' if r['reached'] else 'MISSED'}")
     print(f"summary: {out / 'summary.json'}")
     return 0 if all(r["reached"] for r in results) else 1
+
+
+def run(args) -> list[dict]:
+    """The datasets first (a bad --mnist-from / --fashion-from is reported before any compile), then the
+    builds, then the training runs; the summary is written after each."""
+    out, target = make_folder(args.out, "output"), args.target or default_target()
+    prepare = {"mnist": lambda: prepare_mnist(Path(args.data) / "mnist", args.mnist_from),
+               "fashion-mnist": lambda: prepare_fashion_mnist(Path(args.data) / "fashion-mnist", args.fashion_from)}
+    names = args.only or sorted(RUNS)
+    data = {dataset: prepare[dataset]() for dataset in sorted({RUNS[name][2] for name in names})}
+    programs = {name: load_program(HERE / RUNS[name][0], settings=RUNS[name][1]) for name in names}
+    with ThreadPoolExecutor(len(names)) as pool:
+        builds = dict(zip(names, pool.map(lambda name: build(name, programs[name], target, out), names)))
+    results = []
+    for name in names:
+        results.append(train(name, *builds[name], data[RUNS[name][2]], out, args.epochs))
+        (out / "summary.json").write_text(json.dumps(results, indent=1) + "\n")
+    return results
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Each row names the module that implements the subcommand; that module defines `add_arguments(parser)` and
 `run(args) -> exit code`. To add a subcommand (build, inspect, run, ...), add a row. A GCompileError ends
-the command with its message on stderr and exit code 1, without a traceback.
+the command with its message on stderr and exit code 1, without a traceback (Ctrl-C: exit code 130).
 """
 from __future__ import annotations
 
@@ -47,6 +47,9 @@ def main(argv=None) -> int:
     except GCompileError as e:
         print(f"gcompile {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:   # Ctrl-C: what was being written is cleaned up on the way out; no traceback
+        print(f"gcompile {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

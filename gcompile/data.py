@@ -27,15 +27,19 @@ manifest verifies is left alone.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
+import math
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -65,6 +69,30 @@ FASHION_MNIST_FILES = {
 # ---------------------------------------------------------------------------------------------
 # Where datasets live
 # ---------------------------------------------------------------------------------------------
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)   # held back while a dataset's files change
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGINT, SIGTERM and SIGHUP that arrive inside are acted on when it ends, by the handlers there were.
+    Python-level handlers that only take note: blocking the signals with pthread_sigmask would not hold
+    them back, since the kernel hands a process's signal to any thread not blocking it (a BLAS worker), and
+    Python then raises in the main thread all the same. Outside the main thread (where handlers cannot be
+    set) nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    former = {s: signal.signal(s, lambda number, frame: caught.append(number)) for s in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in former.items():
+            signal.signal(s, handler)
+        for number in caught:
+            signal.raise_signal(number)
+
+
 def default_data_dir(name: str) -> Path:
     """`$GCOMPILE_DATA/<name>` if GCOMPILE_DATA is set, else `<XDG cache>/gcompile/data/<name>`
     (XDG_CACHE_HOME, or ~/.cache)."""
@@ -85,7 +113,16 @@ def sha256_of(path: Path) -> str:
 
 def write_atomically(path: Path, write: Callable) -> None:
     """Call `write(file)` on a temporary file beside `path`, then rename it to `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.replace(write_temporary(path, write), path)
+
+
+def write_temporary(path: Path, write: Callable) -> Path:
+    """Call `write(file)` on a temporary file beside `path` (`.<name>.<random>.tmp`) and return its path; it
+    is removed if writing fails. A write error (no room, no permission) is a DataError naming `path`."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise DataError(f"{path}: cannot write: {e.strerror}") from None
     umask = os.umask(0)
     os.umask(umask)
     try:
@@ -94,10 +131,12 @@ def write_atomically(path: Path, write: Callable) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise DataError(f"{path}: cannot write: {e.strerror or e}") from None
         raise
+    return Path(tmp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,7 +177,7 @@ def read_idx(path) -> np.ndarray:
                         f"dimensions and so ends at byte {header}{note}")
     dims = struct.unpack(f">{ndim}I", data[4:header])
     dtype = IDX_DTYPES[code]
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize   # Python ints: no overflow (numpy's int64 product wrapped)
     found = len(data) - header
     if found < expected:
         raise DataError(f"{path}: byte {len(data)}: file ends early: dimensions {dims} of {dtype.name} need "
@@ -167,21 +206,39 @@ def write_idx(path, array: np.ndarray) -> None:
 # ---------------------------------------------------------------------------------------------
 def write_dataset(out_dir, name: str, splits: dict, image_shape, num_classes: int, source: dict) -> dict:
     """Write `splits` ({split: (images uint8 (N, H*W), labels uint8 (N,))}) as .npy files plus the
-    manifest, each atomically; returns the manifest."""
+    manifest; returns the manifest. Every file is written to a temporary one first; only then are they
+    renamed into place, with SIGINT, SIGTERM and SIGHUP held back, the manifest last: an interrupted
+    conversion leaves the folder's former files as they were (an older dataset, or none), never a mix of two
+    datasets, which the trainer (it reads no manifest) would take for one. Temporary files a killed
+    conversion left are removed first."""
     out_dir = make_folder(out_dir, "dataset", DataError)
-    (out_dir / MANIFEST).unlink(missing_ok=True)  # the files below are about to change
-    entries = {}
-    for split, arrays in splits.items():
-        entries[split] = {}
-        for kind, array in zip(KINDS, arrays):
-            path = out_dir / f"{split}_{kind}.npy"
-            write_atomically(path, lambda f: np.save(f, array, allow_pickle=False))
-            entries[split][kind] = {"file": path.name, "shape": list(array.shape), "dtype": array.dtype.name,
-                                    "sha256": sha256_of(path)}
-    manifest = {"format": MANIFEST_FORMAT, "name": name, "num_classes": num_classes,
-                "image_shape": list(image_shape), "scale": SCALE, "source": source, "splits": entries}
-    text = json.dumps(manifest, indent=2) + "\n"
-    write_atomically(out_dir / MANIFEST, lambda f: f.write(text.encode()))
+    files = [f"{split}_{kind}.npy" for split in splits for kind in KINDS] + [MANIFEST]
+    for stale in (p for f in files for p in out_dir.glob(f".{f}.*.tmp")):
+        stale.unlink(missing_ok=True)
+    written, entries = [], {}
+    try:
+        for split, arrays in splits.items():
+            entries[split] = {}
+            for kind, array in zip(KINDS, arrays):
+                path = out_dir / f"{split}_{kind}.npy"
+                tmp = write_temporary(path, lambda f: np.save(f, array, allow_pickle=False))
+                written.append((tmp, path))
+                entries[split][kind] = {"file": path.name, "shape": list(array.shape), "dtype": array.dtype.name,
+                                        "sha256": sha256_of(tmp)}
+        manifest = {"format": MANIFEST_FORMAT, "name": name, "num_classes": num_classes,
+                    "image_shape": list(image_shape), "scale": SCALE, "source": source, "splits": entries}
+        text = json.dumps(manifest, indent=2) + "\n"
+        written.append((write_temporary(out_dir / MANIFEST, lambda f: f.write(text.encode())), out_dir / MANIFEST))
+        with signals_held():
+            try:
+                (out_dir / MANIFEST).unlink(missing_ok=True)   # no manifest describes a half-renamed folder
+                for tmp, path in written:
+                    os.replace(tmp, path)
+            except OSError as e:
+                raise DataError(f"{out_dir}: cannot put the converted files in place: {e.strerror or e}") from None
+    finally:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
     return manifest
 
 
@@ -227,13 +284,18 @@ def load_dataset(data_dir, verify: bool = False) -> dict:
     return dataset
 
 
-def is_current(out_dir: Path, name: str, log) -> bool:
-    """True when `out_dir` already holds dataset `name` and every file matches its checksum."""
+def is_current(out_dir: Path, name: str, log, origin: str | None = None) -> bool:
+    """True when `out_dir` already holds dataset `name` and every file matches its checksum — and, given the
+    `origin` a --from names, was converted from there (another --from converts again)."""
     if not (out_dir / MANIFEST).exists():
         return False
     try:
-        if read_manifest(out_dir)["name"] != name:
+        manifest = read_manifest(out_dir)
+        if manifest["name"] != name:
             raise DataError(f"{out_dir / MANIFEST}: holds another dataset")
+        if origin is not None and manifest.get("source", {}).get("origin") != origin:
+            raise DataError(f"{out_dir / MANIFEST}: converted from {manifest.get('source', {}).get('origin')}, "
+                            f"not from {origin}")
         load_dataset(out_dir, verify=True)
     except DataError as e:
         log(f"{out_dir}: existing files do not verify ({e}); converting again")
@@ -242,12 +304,18 @@ def is_current(out_dir: Path, name: str, log) -> bool:
     return True
 
 
-def check_split(source, images: np.ndarray, labels: np.ndarray, num_classes: int) -> None:
-    if images.ndim != 2 or images.shape[1] != 784 or labels.shape != images.shape[:1]:
-        raise DataError(f"{source}: expected images (N, 784) and labels (N,), got {images.shape} and "
-                        f"{labels.shape}")
-    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-        raise DataError(f"{source}: labels outside [0, {num_classes}): min {labels.min()}, max {labels.max()}")
+def check_split(source, images: np.ndarray, labels: np.ndarray, num_classes: int, labels_source=None) -> None:
+    """A split's images (N, 784), N > 0, and its N labels in [0, num_classes); `source` names the images'
+    file (and the labels', unless `labels_source` does) in the errors."""
+    labels_source = labels_source or source
+    if images.ndim != 2 or images.shape[1] != 784:
+        raise DataError(f"{source}: expected images (N, 784), got {images.shape}")
+    if len(images) == 0:
+        raise DataError(f"{source}: no examples")
+    if labels.shape != images.shape[:1]:
+        raise DataError(f"{labels_source}: expected {len(images)} labels (N,), one per image, got {labels.shape}")
+    if labels.min() < 0 or labels.max() >= num_classes:
+        raise DataError(f"{labels_source}: labels outside [0, {num_classes}): min {labels.min()}, max {labels.max()}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +409,7 @@ def download_mnist_pickle(work_dir: Path) -> Path:
 def prepare_mnist(out=None, source=None, log=print) -> Path:
     """`gcompile data mnist`: convert mnist.pkl.gz (from `source`, else downloaded) into `out`."""
     out_dir = Path(out) if out else default_data_dir("mnist")
-    if is_current(out_dir, "mnist", log):
+    if is_current(out_dir, "mnist", log, str(Path(source).resolve()) if source else None):
         return out_dir
     with tempfile.TemporaryDirectory(prefix="gcompile-mnist-") as tmp:
         if source:
@@ -374,7 +442,7 @@ def convert_fashion_mnist(source_dir, valid_size: int = 10000) -> dict:
     """{split: (images uint8 (N, 784), labels uint8 (N,))}: train = the first N - valid_size training
     examples, valid = the last valid_size, test = t10k."""
     source_dir = Path(source_dir)
-    arrays = {}
+    arrays, names = {}, {}
     for key, stem in FASHION_MNIST_FILES.items():
         path = find_idx(source_dir, stem)
         array = read_idx(path)
@@ -382,10 +450,11 @@ def convert_fashion_mnist(source_dir, valid_size: int = 10000) -> dict:
         if array.dtype != np.uint8 or array.ndim != want_ndim or (want_ndim == 3 and array.shape[1:] != (28, 28)):
             raise DataError(f"{path}: expected uint8 {'(N, 28, 28)' if want_ndim == 3 else '(N,)'}, got "
                             f"{array.dtype} {array.shape}")
-        arrays[key] = array.reshape(len(array), -1) if want_ndim == 3 else array
+        arrays[key] = array.reshape(len(array), 784) if want_ndim == 3 else array
+        names[key] = path
     for split in ("train", "test"):
-        check_split(source_dir / FASHION_MNIST_FILES[f"{split}_images"], arrays[f"{split}_images"],
-                    arrays[f"{split}_labels"], 10)
+        check_split(names[f"{split}_images"], arrays[f"{split}_images"], arrays[f"{split}_labels"], 10,
+                    names[f"{split}_labels"])
     images, labels = arrays["train_images"], arrays["train_labels"]
     if len(labels) <= valid_size:
         raise DataError(f"{source_dir}: {len(labels)} training examples, need more than {valid_size} to split "
@@ -399,7 +468,7 @@ def prepare_fashion_mnist(out=None, source=None, log=print) -> Path:
     """`gcompile data fashion-mnist`: convert the IDX files of `source` (default: the Debian package's
     folder) into `out`."""
     out_dir = Path(out) if out else default_data_dir("fashion-mnist")
-    if is_current(out_dir, "fashion-mnist", log):
+    if is_current(out_dir, "fashion-mnist", log, str(Path(source).resolve()) if source else None):
         return out_dir
     source_dir = Path(source) if source else FASHION_MNIST_DIR
     if source and not source_dir.is_dir():

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .commands.model_file import parse_settings
+from pathlib import Path
+
+from .commands.model_file import at_least_one, call_program, parse_settings
 from .data import default_data_dir, load_dataset, read_manifest
 from .errors import GCompileError
 from .executor import NumpyExecutor
@@ -71,7 +73,11 @@ def train(program: Program, dataset: dict, scale: float, epochs: int, log=print)
     images, labels = dataset["train"]
     batch, dtype = program.batch_size, np.dtype(x.dtype)
     steps = len(labels) // batch
+    if steps == 0:
+        raise GCompileError(f"{len(labels)} training examples, fewer than one batch of {batch}")
     step = NumpyExecutor(program.train_outputs)
+    if "total_steps" in step.variables:   # a learning-rate schedule spans the run, as in the compiled trainer
+        step.set_variable("total_steps", np.int32(max(1, min(epochs * steps, 2**31 - 1))))
     losses = []
     for epoch in range(1, epochs + 1):
         start_time = time.perf_counter()
@@ -93,7 +99,7 @@ def example_main(make_program, argv=None, dataset="mnist") -> int:
     parser = argparse.ArgumentParser(description=(make_program.__doc__ or "").strip().splitlines()[0])
     parser.add_argument("--executor", choices=["numpy"], default="numpy",
                         help="what runs the graph: numpy, the reference executor")
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=at_least_one("--epochs"), default=10)
     parser.add_argument("--data", metavar="DIR", default=None,
                         help=f"dataset folder written by `gcompile data {dataset}` "
                              f"(default {default_data_dir(dataset)})")
@@ -103,7 +109,8 @@ def example_main(make_program, argv=None, dataset="mnist") -> int:
     data_dir = args.data or default_data_dir(dataset)
     try:
         manifest = read_manifest(data_dir)
-        train(make_program(**parse_settings(args.set)), load_dataset(data_dir), manifest["scale"], args.epochs)
+        program = call_program(Path(make_program.__code__.co_filename), make_program, None, parse_settings(args.set))
+        train(program, load_dataset(data_dir), manifest["scale"], args.epochs)
     except GCompileError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -184,13 +184,17 @@ static int gc_load_split(const char* dir, const char* split, gc_split* s) {
     gc_array* lb = &s->labels;
     if (im->dtype != GC_U8 && im->dtype != GC_F32)
         return gc_fail(GC_ERR_FORMAT, "%s: images must be uint8 or float32, not %s", ipath, gc_dtype_names[im->dtype]);
-    if (im->ndim < 1 || im->count / (im->dims[0] ? im->dims[0] : 1) != GC_ROW || im->dims[0] == 0)
+    if (im->ndim < 1 || im->dims[0] == 0) return gc_fail(GC_ERR_FORMAT, "%s: no examples", ipath);
+    if (im->count / im->dims[0] != GC_ROW)
         return gc_fail(GC_ERR_FORMAT, "%s: expected images of %d values each (the program's input), got shape with %lld "
                        "examples of %lld values", ipath, GC_ROW, (long long)im->dims[0],
-                       (long long)(im->dims[0] ? im->count / im->dims[0] : 0));
-    if (lb->ndim != 1 || lb->dims[0] != im->dims[0])
+                       (long long)(im->count / im->dims[0]));
+    if (lb->ndim != 1)
+        return gc_fail(GC_ERR_FORMAT, "%s: expected labels in one dimension (one per image in %s), got %d dimensions",
+                       lpath, ipath, lb->ndim);
+    if (lb->dims[0] != im->dims[0])
         return gc_fail(GC_ERR_FORMAT, "%s: expected %lld labels (one per image in %s), got %lld", lpath,
-                       (long long)im->dims[0], ipath, (long long)(lb->ndim ? lb->dims[0] : 0));
+                       (long long)im->dims[0], ipath, (long long)lb->dims[0]);
     if (lb->dtype == GC_F32 || lb->dtype == GC_F64)
         return gc_fail(GC_ERR_FORMAT, "%s: labels must be integers, not %s", lpath, gc_dtype_names[lb->dtype]);
     s->count = im->dims[0];
@@ -238,6 +242,9 @@ GC_EXPORT int gc_check_file(const char* kind, const char* path) {
         return gc_fail(GC_ERR_ARG, "gc_check_file: %s has no trainer, so no dataset to check", GC_PROGRAM_NAME);
     gc_split s;
     int rc = gc_load_split(path, kind, &s);
+    if (rc == GC_OK && !strcmp(kind, "train") && s.count < GC_BATCH)   // what train would refuse
+        rc = gc_fail(GC_ERR_FORMAT, "%s: %lld training examples, fewer than one batch of %d", path, (long long)s.count,
+                     GC_BATCH);
     gc_split_free(&s);
     return rc;
 }

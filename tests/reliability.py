@@ -118,7 +118,7 @@ DATASET_CASES = {  # name: (file -> bytes to write over it, message regex)
                     r"expected images of 6 values each \(the program's input\), got shape with 40 examples of 7 "
                     r"values"),
     "no examples": ({"train_images.npy": npy_bytes(np.zeros((0, 6), np.uint8)),
-                     "train_labels.npy": npy_bytes(np.zeros(0, np.uint8))}, r"expected images of 6 values each"),
+                     "train_labels.npy": npy_bytes(np.zeros(0, np.uint8))}, r"train_images.npy: no examples"),
     "shape overflow": ({"train_images.npy": npy_bytes(IMAGES, (b"(40, 6)", b"(4294967296, 4294967296)"))},
                        r"the header's shape has more than 2\^40 elements"),
     "shape garbage": ({"train_images.npy": npy_bytes(IMAGES, (b"(40, 6)", b"(40, x)"))},

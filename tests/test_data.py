@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import pickle
+import signal
 import struct
 import subprocess
 
@@ -335,3 +336,79 @@ def test_fashion_mnist_from_debian_package(tmp_path):
     assert {s: v[0].shape for s, v in loaded.items()} == {"train": (50000, 784), "valid": (10000, 784),
                                                           "test": (10000, 784)}
     np.testing.assert_array_equal(np.bincount(loaded["test"][1]), [1000] * 10)
+
+
+def test_fashion_mnist_errors_name_the_file_at_fault(tmp_path):
+    folder = tmp_path / "idx"
+    write_fashion_idx(folder, np.random.RandomState(8))
+    data.write_idx(folder / "t10k-labels-idx1-ubyte.gz", np.full(3, 10, np.uint8))
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz: labels outside \[0, 10\): min 10, max 10"):
+        data.convert_fashion_mnist(folder, valid_size=2)
+    data.write_idx(folder / "t10k-labels-idx1-ubyte.gz", np.zeros(4, np.uint8))
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz: expected 3 labels \(N,\), one per image, got "
+                                        r"\(4,\)"):
+        data.convert_fashion_mnist(folder, valid_size=2)
+    data.write_idx(folder / "t10k-images-idx3-ubyte.gz", np.zeros((0, 28, 28), np.uint8))
+    data.write_idx(folder / "t10k-labels-idx1-ubyte.gz", np.zeros(0, np.uint8))
+    with pytest.raises(DataError, match=r"t10k-images-idx3-ubyte.gz: no examples"):
+        data.convert_fashion_mnist(folder, valid_size=2)
+
+
+def test_read_idx_dimensions_whose_product_overflows_int64(tmp_path):
+    """2^31 x 2^31 x 4 is 2^64: numpy's int64 product wrapped to 0 and the size check passed."""
+    path = tmp_path / "huge"
+    path.write_bytes(bytes([0, 0, 0x08, 3]) + struct.pack(">3I", 2**31, 2**31, 4))
+    with pytest.raises(DataError, match=r"huge: byte 16: file ends early: dimensions \(2147483648, 2147483648, 4\) "
+                                        r"of uint8 need 18446744073709551616 data bytes from byte 16, found 0"):
+        data.read_idx(path)
+
+
+def test_another_from_converts_again(tmp_path, capsys):
+    """A folder that verifies is left alone, unless --from names another source than it was converted from."""
+    write_fashion_idx(tmp_path / "a", np.random.RandomState(9), train=10003)
+    write_fashion_idx(tmp_path / "b", np.random.RandomState(10), train=10004)
+    out = tmp_path / "out"
+    for source, said in (("a", "train 3,"), ("a", "nothing to do"), ("b", "train 4,")):
+        assert main(["data", "fashion-mnist", "--from", str(tmp_path / source), "--out", str(out)]) == 0
+        assert said in capsys.readouterr().out
+    assert data.read_manifest(out)["source"]["origin"] == str((tmp_path / "b").resolve())
+
+
+def test_a_write_error_is_a_data_error_and_leaves_the_old_dataset(tmp_path, monkeypatch):
+    data.write_dataset(tmp_path, "toy", small_splits(np.random.RandomState(11)), (28, 28), 10, {})
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    saves = []
+
+    def full_disk(f, array, allow_pickle):
+        saves.append(array)
+        if len(saves) == 3:
+            raise OSError(28, "No space left on device")
+        np.lib.format.write_array(f, array, allow_pickle=allow_pickle)
+
+    monkeypatch.setattr(data.np, "save", full_disk)
+    with pytest.raises(DataError, match=r"valid_images.npy: cannot write: No space left on device"):
+        data.write_dataset(tmp_path, "toy", small_splits(np.random.RandomState(12)), (28, 28), 10, {})
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before   # no temporary file, nothing mixed
+
+
+def test_a_signal_while_the_files_change_waits_for_the_last_one(tmp_path, monkeypatch):
+    """SIGINT at the first rename: every file (manifest included) is the new dataset's, and only then does the
+    interrupt reach the caller; no temporary file stays."""
+    data.write_dataset(tmp_path, "old", small_splits(np.random.RandomState(13)), (28, 28), 10, {})
+    replace, renames = os.replace, []
+
+    def interrupted(src, dst):
+        if not renames:
+            os.kill(os.getpid(), signal.SIGINT)
+        renames.append(dst)
+        replace(src, dst)
+
+    monkeypatch.setattr(data.os, "replace", interrupted)
+    new = small_splits(np.random.RandomState(14))
+    with pytest.raises(KeyboardInterrupt):
+        data.write_dataset(tmp_path, "new", new, (28, 28), 10, {})
+    assert len(renames) == 7 and data.read_manifest(tmp_path)["name"] == "new"
+    loaded = data.load_dataset(tmp_path, verify=True)
+    for split, (images, labels) in new.items():
+        np.testing.assert_array_equal(loaded[split][0], images)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

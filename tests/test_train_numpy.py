@@ -4,7 +4,7 @@ import pytest
 
 import gcompile as gc
 from gcompile import GCompileError
-from gcompile.train_numpy import evaluate, train
+from gcompile.train_numpy import evaluate, example_main, train
 
 
 def linear_program(batch, weights=None):
@@ -63,3 +63,39 @@ def test_evaluation_needs_logits():
     program = gc.Program(gc.softmax_cross_entropy(x @ W, y), [W], gc.SGD(lr=0.1), outputs={"scores": x @ W})
     with pytest.raises(GCompileError, match=r"needs an output named 'logits'; the program has \['scores'\]"):
         evaluate(program, gc.NumpyExecutor(program.train_outputs), np.zeros((2, 3), np.uint8), np.zeros(2), 1.0)
+
+
+def test_a_schedule_spans_the_run():
+    """total_steps is the run's steps, as the compiled trainer sets it (it stayed 1: a cosine schedule's rate
+    was 0 from the second step on, and training stopped)."""
+    rng = np.random.RandomState(3)
+    images, labels = rng.randint(0, 256, (8, 3)).astype(np.uint8), rng.randint(0, 2, 8).astype(np.uint8)
+    x, y = gc.placeholder("x", (4, 3)), gc.placeholder("y", (4,), dtype="int32")
+    W = gc.variable("W", init=np.zeros((3, 2), np.float32))
+    logits = x @ W
+    program = gc.Program(gc.softmax_cross_entropy(logits, y), [W], gc.SGD(lr=0.5, schedule="cosine"),
+                         outputs={"logits": logits})
+    result = train(program, {"train": (images, labels), "valid": (images, labels)}, 1 / 256, epochs=3,
+                   log=lambda _: None)
+    assert len(set(result.losses)) == 3   # still learning in every epoch
+
+
+def test_fewer_examples_than_one_batch():
+    images, labels = np.zeros((3, 3), np.uint8), np.zeros(3, np.uint8)
+    with pytest.raises(GCompileError, match="3 training examples, fewer than one batch of 4"):
+        train(linear_program(4), {"train": (images, labels), "valid": (images, labels)}, 1 / 256, 1)
+
+
+def test_example_command_line_errors(tmp_path, capsys):
+    from conftest import load_example
+    from gcompile.data import write_dataset
+    program = load_example("mnist_mlp").program
+    write_dataset(tmp_path, "toy", {s: (np.zeros((5, 784), np.uint8), np.zeros(5, np.uint8))
+                                    for s in ("train", "valid", "test")}, (28, 28), 10, {})
+    assert example_main(program, ["--data", str(tmp_path), "--set", "bogus=1"]) == 1
+    assert "program() takes no bogus, so --set bogus=... cannot be used" in capsys.readouterr().err
+    assert example_main(program, ["--data", str(tmp_path)]) == 1
+    assert "error: 5 training examples, fewer than one batch of 1000" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        example_main(program, ["--epochs", "0"])
+    assert "--epochs must be at least 1" in capsys.readouterr().err

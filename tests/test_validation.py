@@ -387,3 +387,22 @@ def test_load_errors(artifact, tmp_path):
     (tmp_path / "x.json").write_text(json.dumps(manifest))
     with pytest.raises(gc.GCompileError, match="built with sanitize=True; .* LD_PRELOAD"):
         gc.load(tmp_path / "x.json")
+
+
+def test_split_shapes_the_trainer_refuses(artifact, tmp_path):
+    """Labels of another shape, a split with no examples, and `check train` on fewer examples than a batch
+    (what train would refuse), each with its own message."""
+    data = tmp_path / "data"
+    write_split(data, "train", IMAGES, LABELS.reshape(-1, 1))
+    proc = run_binary(artifact, "check", "train", data, check=1)
+    assert f"{data}/train_labels.npy: expected labels in one dimension (one per image in {data}/train_images.npy), " \
+           "got 2 dimensions" in proc.stdout
+    write_split(data, "train", IMAGES[:0], LABELS[:0])
+    proc = run_binary(artifact, "check", "train", data, check=1)
+    assert f"{data}/train_images.npy: no examples" in proc.stdout
+    write_split(data, "train", IMAGES[:BATCH - 1], LABELS[:BATCH - 1])
+    proc = run_binary(artifact, "check", "train", data, check=1)
+    assert f"{data}: {BATCH - 1} training examples, fewer than one batch of {BATCH}" in proc.stdout
+    proc = run_binary(artifact, "check", "valid", data, check=1)   # a valid split may be smaller than a batch
+    write_split(data, "valid", IMAGES[:BATCH - 1], LABELS[:BATCH - 1])
+    assert run_binary(artifact, "check", "valid", data, check=0).stdout == f"{data}: ok\n"

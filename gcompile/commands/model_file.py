@@ -47,6 +47,12 @@ def load_program(path, batch_size: int | None = None, settings: dict | None = No
     make = getattr(module, "program", None)
     if not callable(make):
         raise GCompileError(f"{path}: a model file must define program(batch_size=...) returning a gc.Program")
+    return call_program(path, make, batch_size, settings)
+
+
+def call_program(path: Path, make, batch_size: int | None = None, settings: dict | None = None) -> Program:
+    """make(batch_size=..., **settings), the model file's program(): names it does not take, and whatever its
+    code raises, are errors naming the model file."""
     kwargs = dict(settings or {})
     if batch_size is not None:
         if "batch_size" in kwargs:
@@ -94,14 +100,18 @@ def default_target() -> str:
     return "cuda"
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the batch size must be at least 1")
-    return value
+def at_least_one(what: str):
+    """An argparse type: a whole number >= 1, `what` naming it in the error."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} must be at least 1")
+        return value
+    return parse
+
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,7 +121,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", default=None, help="CUDA architectures: sm_XY (machine code) and compute_XY "
                         "(PTX), comma-separated, e.g. sm_90 or sm_80,sm_90,compute_90 (default: the GPU's, or "
                         "sm_90,compute_90 when there is no GPU)")
-    parser.add_argument("--batch-size", type=positive_int, default=None, help="passed to program(batch_size=...)")
+    parser.add_argument("--batch-size", type=at_least_one("the batch size"), default=None,
+                        help="passed to program(batch_size=...)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="passed to program(NAME=VALUE), VALUE a Python literal or text; repeatable, "
                              "e.g. --set optimizer=adam --set batch_norm=False")

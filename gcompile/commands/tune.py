@@ -6,19 +6,21 @@ import os
 from pathlib import Path
 
 from ..errors import GCompileError
-from .model_file import load_program, parse_settings, positive_int
+from .model_file import at_least_one, load_program, parse_settings
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="model file defining program(batch_size=...)")
     parser.add_argument("-o", "--out", required=True, help="the tuning record to write (JSON)")
-    parser.add_argument("--batch-size", type=positive_int, default=None, help="passed to program(batch_size=...)")
+    parser.add_argument("--batch-size", type=at_least_one("the batch size"), default=None,
+                        help="passed to program(batch_size=...)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="passed to program(NAME=VALUE), as for gcompile build")
     parser.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
                         help="the precision the record is for (default fp32)")
     parser.add_argument("--arch", default=None, help="CUDA architectures, as for gcompile build (default: the GPU's)")
-    parser.add_argument("--count", type=positive_int, default=8, help="alternative tiles tried per GEMM (default 8)")
+    parser.add_argument("--count", type=at_least_one("--count"), default=8,
+                        help="alternative tiles tried per GEMM (default 8)")
     parser.add_argument("--data", default=None, metavar="DIR",
                         help="time the trainer's steps on this dataset (the binary's epochs, the batch read from "
                              "the dataset as training does) instead of the library's on one batch")
