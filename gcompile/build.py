@@ -314,7 +314,8 @@ def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
     artifact = Artifact(**dict(recorded, cached=True, seconds=0.0))
     if not all(Path(p).exists() for p in (artifact.binary, artifact.library, artifact.init, artifact.source)):
         return None
-    if file_sha256(artifact.library) != manifest.get("library_sha256"):
+    digest = file_sha256(artifact.library)
+    if digest is None or digest != manifest.get("library_sha256"):
         return None   # changed since it was built (a truncated copy would kill the process that loads it)
     return artifact
 
@@ -355,8 +356,9 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     key = hashlib.sha256("\0".join([compiled.source, *settings]).encode()).hexdigest()
     key_file = out / f".{module.name}.build-key"
     manifest_path = out / f"{module.name}.json"
-    cached = key_file.exists() and key_file.read_text() == key and binary.exists() and \
-        file_sha256(library) == read_build_manifest(manifest_path).get("library_sha256")
+    digest = file_sha256(library)   # None when missing: then no manifest's (None too) makes it a hit
+    cached = key_file.exists() and key_file.read_text() == key and binary.exists() and digest is not None and \
+        digest == read_build_manifest(manifest_path).get("library_sha256")
     if cached:   # the serialized wgmma its build found (the manifest it wrote then)
         serialized = list(read_build_manifest(manifest_path).get("wgmma_serialized", []))
     else:

@@ -14,6 +14,7 @@ in the same directory, fsync, rename), so an existing checkpoint is never replac
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
 import struct
@@ -82,10 +83,17 @@ def encode(ckpt: Checkpoint) -> bytes:
 
 
 def write_checkpoint(path, ckpt: Checkpoint) -> None:
-    """Write ckpt to path atomically. Through a symbolic link it replaces the file the link names, not the link;
-    it refuses anything but a regular file there (a folder; a device or fifo, which the rename would replace)."""
+    """Write ckpt to path atomically. Through symbolic links it replaces the file they end at, not a link (as
+    the C runtime's saves do); it refuses a loop of links and anything but a regular file there (a folder; a
+    device or fifo, which the rename would replace)."""
     data = encode(ckpt)
-    target = os.path.realpath(os.fsdecode(checked_path(path)))
+    path = os.fsdecode(checked_path(path))
+    try:
+        os.path.realpath(path, strict=True)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise DataError(f"{path}: a loop of symbolic links (or too many of them)") from None
+    target = os.path.realpath(path)   # a chain of links that ends nowhere yet: the file it names
     if os.path.exists(target) and not os.path.isfile(target):
         raise DataError(f"{path}: {'a folder' if os.path.isdir(target) else 'a device, fifo or socket'}, not a "
                         "regular file: a checkpoint is not written there")

@@ -95,10 +95,14 @@ def learning_rate(base: float, schedule, dtype):
 def finite_numbers(owner: str, **values) -> list[float]:
     """The hyperparameters as floats, each a finite real number (not text, NaN or inf: NaN would pass every
     range check below), else a GCompileError naming it."""
+    out = []
     for name, value in values.items():
+        if getattr(value, "shape", None) == ():   # a 0-d array (np.array(0.1)): its number
+            value = value.item()
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise GCompileError(f"{owner}: {name} must be a finite number, got {value!r}")
-    return [float(v) for v in values.values()]
+        out.append(float(value))
+    return out
 
 
 class SGD:

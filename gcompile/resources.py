@@ -17,7 +17,7 @@ def make_folder(path, what: str, error=GCompileError) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        reason = "a file is there" if isinstance(e, FileExistsError) else e.strerror
+        reason = "something other than a folder is there" if isinstance(e, FileExistsError) else e.strerror
         raise error(f"{path}: cannot make the {what} folder: {reason}") from None
     return path
 

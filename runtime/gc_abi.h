@@ -134,6 +134,7 @@ GC_EXPORT int gc_create(gc_model** out) {
     gc_model* m = (gc_model*)calloc(1, sizeof *m);
     if (!m) return gc_fail(GC_ERR_MEMORY, "gc_create: out of host memory");
     m->graphs.enabled = gc_graphs_default();
+    m->state.batch = GC_BATCH;
     int rc = gc_device_alloc((void**)&m->arena, GC_ARENA_BYTES, "arena");
     if (rc == GC_OK) rc = gc_device_zero(m->arena, GC_ARENA_BYTES);
     for (int i = 0; rc == GC_OK && i < GC_N_CONSTANTS; i++)
@@ -261,13 +262,19 @@ GC_EXPORT int gc_set_variable(gc_model* m, const char* name, const void* src, si
 GC_EXPORT int gc_save(gc_model* m, const char* path) {
     GC_TRY(gc_check_model(m, "gc_save"));
     if (!path) return gc_fail(GC_ERR_ARG, "gc_save: path is NULL");
-    return gc_checkpoint_save(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, GC_BATCH, &m->state, m->arena);
+    return gc_checkpoint_save(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, &m->state, m->arena);
 }
 
 GC_EXPORT int gc_load(gc_model* m, const char* path) {
     GC_TRY(gc_check_model(m, "gc_load"));
     if (!path) return gc_fail(GC_ERR_ARG, "gc_load: path is NULL");
-    GC_TRY(gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, &m->state, m->arena));
+    GC_TRY(gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, &m->state, m->arena, 0));
     return gc_refresh_mirrors(m->arena, -1);   // the variables' mirrors follow
+}
+
+// The trainer's --load: a checkpoint's model (the variables the evaluation reads), the rest as it is.
+static int gc_load_model(gc_model* m, const char* path) {
+    GC_TRY(gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, NULL, m->arena, 1));
+    return gc_refresh_mirrors(m->arena, -1);
 }
 #endif   // GC_HOST

@@ -32,12 +32,14 @@ typedef struct {
     size_t offset;   // in the arena
     size_t nbytes;
     int64_t classes;   // an input of softmax_cross_entropy's labels: its values are in [0, classes); else 0
+    int model;         // a variable the evaluation step reads (parameters, batch-norm statistics): what --load
+                       // takes from a checkpoint; the others (optimizer state, step counter, guard) start anew
 } gc_tensor_info;
 
 typedef struct {
     uint64_t step, epoch, epoch_step, seed, shuffle;
     double loss_sum;
-    uint64_t batch;   // the batch size of the program that wrote the checkpoint loaded last (0: not recorded)
+    uint64_t batch;   // the batch size the position (epoch, epoch_step) counts in (0: not recorded)
 } gc_train_state;
 
 static uint32_t gc_crc32(const unsigned char* p, size_t n) {
@@ -68,28 +70,26 @@ static int gc_buf_put(gc_buffer* b, const void* src, size_t n) {
     return GC_OK;
 }
 
-// The file a checkpoint at `path` is written to (into `dest`): path itself, or the file a symbolic link there
-// names (the rename replaces that file, not the link). Refused: an empty path, a link that names no folder
-// there is, and anything but a regular file (a folder; a device, fifo or socket, which a rename would replace
-// with a plain file).
+// The file a checkpoint at `path` is written to (into `dest`, n bytes): path itself, or the file a chain of
+// symbolic links there ends at (the rename replaces that file, not a link), followed one link at a time (at
+// most 40) so that a chain ending nowhere yet still names its last file. Refused: an empty path, a loop of
+// links, a path too long for `dest`, and anything but a regular file at the end (a folder; a device, fifo
+// or socket, which the rename would replace with a plain file).
 static int gc_save_target(const char* path, char* dest, size_t n) {
     if (!*path) return gc_fail(GC_ERR_ARG, "the checkpoint path is empty");
+    if (snprintf(dest, n, "%s", path) >= (int)n) return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", path);
     struct stat st;
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
-        char resolved[PATH_MAX];
-        if (!realpath(path, resolved)) {   // a dangling link: its target's folder must exist
-            char target[PATH_MAX];
-            ssize_t len = readlink(path, target, sizeof target - 1);
-            if (len < 0) return gc_fail(GC_ERR_IO, "%s: cannot read the symbolic link: %s", path, strerror(errno));
-            target[len] = 0;
-            const char* slash = strrchr(path, '/');
-            if (target[0] == '/' || !slash) snprintf(resolved, sizeof resolved, "%s", target);
-            else snprintf(resolved, sizeof resolved, "%.*s/%s", (int)(slash - path), path, target);
-        }
-        path = resolved;
-        if (snprintf(dest, n, "%s", path) >= (int)n) return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", path);
-    } else if (snprintf(dest, n, "%s", path) >= (int)n) {
-        return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", path);
+    for (int hops = 0; lstat(dest, &st) == 0 && S_ISLNK(st.st_mode); hops++) {
+        char target[PATH_MAX], next[PATH_MAX];
+        if (hops == 40) return gc_fail(GC_ERR_ARG, "%s: a loop of symbolic links (or more than 40 of them)", path);
+        ssize_t len = readlink(dest, target, sizeof target - 1);
+        if (len < 0) return gc_fail(GC_ERR_IO, "%s: cannot read the symbolic link: %s", dest, strerror(errno));
+        target[len] = 0;
+        const char* slash = strrchr(dest, '/');   // a relative target is relative to the link's folder
+        int w = target[0] == '/' || !slash ? snprintf(next, sizeof next, "%s", target)
+                                           : snprintf(next, sizeof next, "%.*s/%s", (int)(slash - dest), dest, target);
+        if (w >= (int)sizeof next || snprintf(dest, n, "%s", next) >= (int)n)
+            return gc_fail(GC_ERR_ARG, "%s: the file its symbolic links name has too long a path", path);
     }
     if (stat(dest, &st) == 0 && !S_ISREG(st.st_mode))
         return gc_fail(GC_ERR_ARG, "%s: %s, not a regular file: a checkpoint is not written there", dest,
@@ -97,10 +97,10 @@ static int gc_save_target(const char* path, char* dest, size_t n) {
     return GC_OK;
 }
 
-// The temporary file a save is writing, removed by SIGINT / SIGTERM / SIGHUP before they end the process —
-// where they would end it (default handlers: the standalone binary); a process that handles them itself
-// (Python's SIGINT) keeps its handlers, and its save runs to its end. The name is a copy for the handler only
-// (saves of two threads at once race for it, and at worst leave a temporary file behind).
+// The standalone binary's saves (gc_main sets gc_save_guard): SIGINT, SIGTERM and SIGHUP that arrive while one
+// is being written remove its temporary file, then end the process as they would have. The library leaves
+// signals alone: a host process (Python) sets its own handlers, from any thread, at any time.
+static int gc_save_guard;
 static char gc_saving[PATH_MAX + 32];
 static volatile sig_atomic_t gc_saving_now;
 static const int gc_save_signals[3] = {SIGINT, SIGTERM, SIGHUP};
@@ -113,8 +113,10 @@ static void gc_on_save_signal(int sig) {
 
 static int gc_is_default(const struct sigaction* a) { return !(a->sa_flags & SA_SIGINFO) && a->sa_handler == SIG_DFL; }
 
-// With tmp: the handlers above in place of default ones (the ones found go into old); without: old's back.
+// With tmp: the handler above in place of default ones (what was there goes into old); without: old's back,
+// where the handler is still this one.
 static void gc_guard_save(const char* tmp, struct sigaction* old) {
+    if (!gc_save_guard) return;
     gc_saving_now = 0;
     if (tmp) snprintf(gc_saving, sizeof gc_saving, "%s", tmp);
     for (int i = 0; i < 3; i++) {
@@ -129,7 +131,10 @@ static void gc_guard_save(const char* tmp, struct sigaction* old) {
             }
             if (gc_is_default(&old[i])) sigaction(gc_save_signals[i], &sa, NULL);
         } else if (gc_is_default(&old[i])) {
-            sigaction(gc_save_signals[i], &old[i], NULL);
+            struct sigaction now;
+            if (sigaction(gc_save_signals[i], NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
+                now.sa_handler == gc_on_save_signal)
+                sigaction(gc_save_signals[i], &old[i], NULL);
         }
     }
     gc_saving_now = tmp != NULL;
@@ -143,12 +148,13 @@ static int gc_temporary(const char* dest, char* tmp, size_t n) {
 }
 
 // Whether a checkpoint can be written at `path` (the trainer's --save, before any training): its target is
-// a regular file or none (gc_save_target), and its temporary file can be created in that folder.
+// a regular file or none (gc_save_target), and its temporary file can be made in that folder (one a killed
+// run of the same process id left there is this process's to replace, as the save would).
 static int gc_check_save_path(const char* path) {
     char dest[PATH_MAX], tmp[PATH_MAX + 32];
     GC_TRY(gc_save_target(path, dest, sizeof dest));
     GC_TRY(gc_temporary(dest, tmp, sizeof tmp));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return gc_fail(GC_ERR_IO, "%s: a checkpoint cannot be written there: %s", path, strerror(errno));
     close(fd);
     unlink(tmp);
@@ -168,10 +174,10 @@ static int gc_write_atomic(const char* path, const void* data, size_t n) {
         return gc_fail(GC_ERR_IO, "%s: cannot write checkpoint: cannot create %s: %s", path, tmp, strerror(err));
     }
     int ok = fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, dest) != 0) {
-        if (ok) err = errno;
+    int err = ok ? 0 : errno;
+    if (fclose(f) != 0 && ok) { ok = 0; err = errno; }
+    if (ok && rename(tmp, dest) != 0) { ok = 0; err = errno; }
+    if (!ok) {
         remove(tmp);
         gc_guard_save(NULL, old);
         return gc_fail(GC_ERR_IO, "%s: cannot write checkpoint: %s (existing file left unchanged)", path, strerror(err));
@@ -193,10 +199,10 @@ static int gc_check_finite(const char* path, const gc_tensor_info* t, const void
 }
 
 static int gc_checkpoint_save(const char* path, const gc_tensor_info* table, int n, uint64_t layout_hash,
-                              uint64_t batch, const gc_train_state* st, const unsigned char* arena) {
+                              const gc_train_state* st, const unsigned char* arena) {
     gc_buffer b = {0};
     uint32_t version = GC_CKPT_VERSION, count = (uint32_t)n;
-    uint64_t head[7] = {layout_hash, st->step, st->epoch, st->epoch_step, st->seed, st->shuffle, batch};
+    uint64_t head[7] = {layout_hash, st->step, st->epoch, st->epoch_step, st->seed, st->shuffle, st->batch};
     int rc = GC_OK;
     void* host = NULL;
     if ((rc = gc_buf_put(&b, GC_CKPT_MAGIC, 8)) || (rc = gc_buf_put(&b, &version, 4)) ||
@@ -239,10 +245,11 @@ static int gc_take(gc_reader* r, void* dst, size_t n, const char* what) {
     return GC_OK;
 }
 
-// Check a checkpoint against the program's variable table; with `arena` (and `st`) load it too. Nothing
-// is written into the model unless every check passed.
+// Check a checkpoint against the program's variable table; with `arena` load its variables (with
+// model_only, only those the evaluation reads: table[i].model), with `st` its position. Nothing is written
+// into the model unless every check passed.
 static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int n, uint64_t layout_hash,
-                              gc_train_state* st, unsigned char* arena) {
+                              gc_train_state* st, unsigned char* arena, int model_only) {
     unsigned char* file;
     size_t size;
     GC_TRY(gc_read_file(path, &file, &size));
@@ -317,9 +324,10 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
     }
     for (int i = 0; i < n; i++)
         if (!src[i]) { rc = gc_fail(GC_ERR_FORMAT, "%s: variable '%s' is missing", path, table[i].name); goto done; }
-    if (arena) {
-        for (int i = 0; i < n; i++)
-            if ((rc = gc_copy_to_device(arena + table[i].offset, src[i], table[i].nbytes))) goto done;
+    for (int i = 0; arena && i < n; i++)
+        if ((!model_only || table[i].model) && (rc = gc_copy_to_device(arena + table[i].offset, src[i], table[i].nbytes)))
+            goto done;
+    if (st) {
         st->step = head[1]; st->epoch = head[2]; st->epoch_step = head[3]; st->seed = head[4]; st->shuffle = head[5];
         st->batch = head[6];
         st->loss_sum = loss_sum;

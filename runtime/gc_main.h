@@ -64,7 +64,8 @@ static void gc_usage(FILE* f, const char* argv0) {
         "--epochs is the total to reach. --save FILE writes a checkpoint at the end, and with --save-every N\n"
         "every N steps (Ne: every N epochs) too, atomically. --resume FILE continues a run exactly where FILE\n"
         "was saved (same data order and batch; checkpoints go on to FILE unless --save says otherwise); --load\n"
-        "FILE starts a new run from its parameters and optimizer state, the step counter at 0. A non-finite\n"
+        "FILE starts a new run from its model (what evaluation reads: parameters, batch-norm statistics), the\n"
+        "optimizer state, step counter and learning rate as compiled (any batch size). A non-finite\n"
         "loss stops training with exit status 3, keeping the last checkpoint; --on-nonfinite skip skips\n"
         "such steps instead. `check` validates checkpoints (of this program) or a dataset split in a DIR.\n",
         argv0, argv0, argv0, GC_PROGRAM_NAME, GC_SOURCE_NAME, GC_BATCH, GC_INIT_FILE_NAME);
@@ -235,7 +236,7 @@ static void gc_split_free(gc_split* s) {
 GC_EXPORT int gc_check_file(const char* kind, const char* path) {
     if (!kind || !path) return gc_fail(GC_ERR_ARG, "gc_check_file: kind and path must not be NULL");
     if (!strcmp(kind, "checkpoint"))
-        return gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, NULL, NULL);
+        return gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, NULL, NULL, 0);
     if (strcmp(kind, "train") && strcmp(kind, "valid") && strcmp(kind, "test"))
         return gc_fail(GC_ERR_ARG, "gc_check_file: unknown kind '%s' (checkpoint, train, valid or test)", kind);
     if (!GC_HAS_TRAINER)
@@ -495,19 +496,20 @@ static int gc_watch_start(gc_model* m, gc_watch* w, int64_t steps) {
     return GC_OK;
 }
 
-// Where training starts: --resume FILE (parameters and the trainer's position), --load FILE (parameters),
-// or the initial parameters gcompile wrote next to the binary. Then the guard's mode and --lr.
+// Where training starts: --resume FILE (every variable and the trainer's position); else the initial values
+// gcompile wrote next to the binary, and with --load FILE that file's model (the variables the evaluation
+// reads: parameters, batch-norm statistics) over them — a new run, whose optimizer state, step counter (which
+// a learning-rate schedule and Adam's bias correction count from) and learning rate start as compiled. Then
+// the guard's mode and --lr. The run's position counts in this program's batch.
 static int gc_start_state(gc_model* m, const char* argv0, const gc_options* o) {
     char init_path[4096];
-    const char* from = o->resume ? o->resume : o->load;
-    if (!from) {
-        snprintf(init_path, sizeof init_path, "%s", argv0);
-        char* slash = strrchr(init_path, '/');
-        snprintf(slash ? slash + 1 : init_path, sizeof init_path - (slash ? slash + 1 - init_path : 0), "%s",
-                 GC_INIT_FILE_NAME);
-        from = init_path;
-    }
-    GC_TRY(gc_load(m, from));
+    snprintf(init_path, sizeof init_path, "%s", argv0);
+    char* slash = strrchr(init_path, '/');
+    snprintf(slash ? slash + 1 : init_path, sizeof init_path - (slash ? slash + 1 - init_path : 0), "%s",
+             GC_INIT_FILE_NAME);
+    const char* from = o->resume ? o->resume : o->load ? o->load : init_path;
+    GC_TRY(gc_load(m, o->resume ? o->resume : init_path));
+    if (o->load) GC_TRY(gc_load_model(m, o->load));
     if (o->resume) {
         if (m->state.batch && m->state.batch != (uint64_t)GC_BATCH)
             return gc_fail(GC_ERR_ARG, "%s: saved by a build of batch %llu, this one's batch is %d: a run resumes with "
@@ -518,15 +520,13 @@ static int gc_start_state(gc_model* m, const char* argv0, const gc_options* o) {
                            (unsigned long long)o->seed, o->resume, (unsigned long long)m->state.seed);
         if (!o->shuffle && m->state.shuffle)
             return gc_fail(GC_ERR_ARG, "--no-shuffle: %s continues a shuffled run (leave --no-shuffle out)", o->resume);
-    } else {   // a new run from these parameters (and optimizer state): its step counter, which a
-        // learning-rate schedule spans, from 0
+    } else {   // a new run
         m->state.step = m->state.epoch = m->state.epoch_step = 0;
         m->state.loss_sum = 0;
         m->state.seed = o->seed;
         m->state.shuffle = o->shuffle;
-        int32_t zero = 0;
-        if (gc_find(gc_variables, GC_N_VARIABLES, "step")) GC_TRY(gc_set_variable(m, "step", &zero, sizeof zero));
     }
+    m->state.batch = GC_BATCH;
     if (gc_has_guard()) {
         gc_guard g;
         GC_TRY(gc_guard_read(m, &g));
@@ -793,8 +793,7 @@ static int gc_check_command(int argc, char** argv) {
     return bad;
 }
 
-GC_EXPORT int gc_main(int argc, char** argv) {
-    gc_started = gc_now();
+static int gc_command(int argc, char** argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { gc_usage(stdout, argv[0]); return 0; }
     if (argc > 1 && !strcmp(argv[1], "check")) return gc_check_command(argc, argv);
@@ -811,5 +810,16 @@ GC_EXPORT int gc_main(int argc, char** argv) {
         return rc == GC_ERR_ARG ? 2 : rc == GC_ERR_NUMERIC ? 3 : 1;
     }
     return 0;
+}
+
+// The standalone binary's entry point (bench.timeline also calls it in-process): the command line, with its
+// saves guarded against SIGINT / SIGTERM / SIGHUP (gc_save_guard) while it runs.
+GC_EXPORT int gc_main(int argc, char** argv) {
+    gc_started = gc_now();
+    const int guarded = gc_save_guard;
+    gc_save_guard = 1;
+    const int status = gc_command(argc, argv);
+    gc_save_guard = guarded;
+    return status;
 }
 #endif   // GC_HOST

@@ -1,9 +1,11 @@
 """build: cache hits, BuildError reporting, the initial-parameter checkpoint, what the cuda program includes,
 the cuda build's parts."""
+import hashlib
 import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,16 +40,32 @@ def test_second_build_is_a_cache_hit_and_a_change_rebuilds(tmp_path):
     assert read_checkpoint(rebuilt.init).tensors["lr"] == np.float32(0.2)
 
 
-def test_a_changed_library_is_not_a_cache_hit(tmp_path):
-    """A library cut short (or replaced) since its build is built again, not handed to gc.load."""
-    first = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
-    library = open(first.library, "rb").read()
-    open(first.library, "wb").write(library[:1000])
-    again = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
-    assert not again.cached and len(open(again.library, "rb").read()) == len(library)
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+@pytest.mark.parametrize("level", ["fingerprint", "build key"])
+def test_a_changed_library_is_not_a_cache_hit(tmp_path, damage, level):
+    """A library cut short, or gone with its manifest, since its build is built again, not handed to gc.load:
+    by the program's fingerprint (gc.compile: cached_artifact) and by the build key (build.build of the same
+    generated source)."""
+    program = tiny_program()
+    if level == "fingerprint":
+        make = lambda: gc.compile(program, target="cpu", out_dir=tmp_path)   # noqa: E731
+    else:
+        source = compile_program(program, "cpu", "tiny")
+        make = lambda: build.build(source, tmp_path)   # noqa: E731
+    first = make()
+    library = Path(first.library).read_bytes()
+    if damage == "truncated":
+        Path(first.library).write_bytes(library[:1000])
+    else:
+        Path(first.library).unlink()
+        Path(first.manifest).unlink()
+    again = make()
+    assert not again.cached
+    assert json.loads(Path(again.manifest).read_text())["library_sha256"] == \
+        hashlib.sha256(Path(again.library).read_bytes()).hexdigest()
     with gc.load(again) as m:
         assert m.params["W"].shape == (3, 2)
-    assert gc.compile(tiny_program(), target="cpu", out_dir=tmp_path).cached
+    assert make().cached
 
 
 def test_initial_checkpoint_holds_the_initializers_values(tmp_path):

@@ -152,6 +152,26 @@ def test_saving_through_a_link_replaces_the_file_it_names(model, tmp_path):
     assert not (tmp_path / "fifo").is_file()
 
 
+def test_chains_and_loops_of_links(model, tmp_path):
+    """A chain of links that ends nowhere yet names its last file, for C and Python alike; a loop is refused."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "l2").symlink_to("../real/x.ckpt")
+    (tmp_path / "chain").symlink_to("d/l2")
+    model.save(tmp_path / "chain")
+    assert (tmp_path / "real" / "x.ckpt").is_file() and (tmp_path / "d" / "l2").is_symlink()
+    (tmp_path / "real" / "x.ckpt").unlink()
+    gc.write_checkpoint(tmp_path / "chain", ck.Checkpoint({"a": np.zeros(2, np.float32)}, 7))
+    assert (tmp_path / "real" / "x.ckpt").is_file() and (tmp_path / "d" / "l2").is_symlink()
+    (tmp_path / "loop-a").symlink_to("loop-b")
+    (tmp_path / "loop-b").symlink_to("loop-a")
+    with pytest.raises(gc.RuntimeFailure, match="loop-a: a loop of symbolic links"):
+        model.save(tmp_path / "loop-a")
+    with pytest.raises(gc.DataError, match="loop-a: a loop of symbolic links"):
+        gc.write_checkpoint(tmp_path / "loop-a", ck.Checkpoint({"a": np.zeros(2, np.float32)}, 7))
+    assert (tmp_path / "loop-a").is_symlink() and (tmp_path / "loop-b").is_symlink()
+
+
 def test_paths_that_are_not_files(model, tmp_path):
     with pytest.raises(gc.RuntimeFailure, match=f"{tmp_path}/none.ckpt: cannot open: No such file"):
         model.load(tmp_path / "none.ckpt")

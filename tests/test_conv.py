@@ -335,6 +335,16 @@ def test_schedule_names():
         gc.optim.make_optimizer("rmsprop", 0.1)
 
 
+def test_optimizer_hyperparameters_are_finite_numbers():
+    """NaN passed every range check (nan <= 0 is False); text failed with a TypeError. A 0-d array is a number."""
+    for make, bad in ((lambda v: gc.SGD(lr=v), "SGD: lr"), (lambda v: gc.SGD(0.1, momentum=v), "SGD: momentum"),
+                      (lambda v: gc.Adam(eps=v), "Adam: eps"), (lambda v: gc.AdamW(beta1=v), "AdamW: beta1")):
+        for value in (float("nan"), float("inf"), "0.1", None, True):
+            with pytest.raises(gc.GCompileError, match=f"{bad} must be a finite number, got {value!r}"):
+                make(value)
+    assert gc.SGD(lr=np.array(0.25)).lr == 0.25 and gc.Adam(lr=np.float32(0.5)).lr == 0.5
+
+
 @pytest.mark.parametrize("name,shape,std", [("he_normal", (64, 32, 3, 3), math.sqrt(2 / 288)),
                                             ("he_uniform", (400, 300), math.sqrt(2 / 400)),
                                             ("xavier_normal", (400, 300), math.sqrt(2 / 700)),

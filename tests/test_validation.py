@@ -186,7 +186,8 @@ def test_gcompile_command_line(tmp_path, capsys, args, message):
     assert done.value.code == 2 and message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("out,reason", [("file", "a file is there"), ("file/sub", "Not a directory")])
+@pytest.mark.parametrize("out,reason", [("file", "something other than a folder is there"),
+                                        ("file/sub", "Not a directory")])
 def test_an_output_folder_that_cannot_be_made(tmp_path, capsys, out, reason):
     (tmp_path / "file").write_text("kept")
     for command in ("build", "run"):

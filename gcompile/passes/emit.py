@@ -55,12 +55,13 @@ def runtime_parts(names) -> list[dict]:
     return [{"name": f"runtime/{n}", "summary": s, "text": (root / n).read_text()} for n, s in names]
 
 
-def tensor_row(node: Node, offset: int, comment: str = "", classes: int = 0) -> dict:
-    """A row of the generated tables (gc_tensor_info); classes: the bound of a label input's values."""
+def tensor_row(node: Node, offset: int, comment: str = "", classes: int = 0, model: bool = False) -> dict:
+    """A row of the generated tables (gc_tensor_info); classes: the bound of a label input's values; model: a
+    variable the evaluation step reads (what the trainer's --load takes from a checkpoint)."""
     dims = list(node.shape) or []
     return {"name": node.name, "dtype": DTYPE_CODES[node.dtype], "ndim": len(dims),
             "dims": ", ".join(map(str, dims)) if dims else "0", "offset": offset, "nbytes": node.nbytes,
-            "classes": classes, "comment": comment or f"{tuple(node.shape)} {node.dtype}"}
+            "classes": classes, "model": int(model), "comment": comment or f"{tuple(node.shape)} {node.dtype}"}
 
 
 def c_string(text: str) -> str:
@@ -274,7 +275,8 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
                               "data": ", ".join(c_literal(v, n.dtype) for v in flat),
                               "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
 
-    variables = [tensor_row(v, offset(v)) for v in module.variables]
+    read = module.eval_variables
+    variables = [tensor_row(v, offset(v), model=v.name in read) for v in module.variables]
     train_inputs = [tensor_row(x, offset(x), classes=module.labels.get(x.name, 0)) for x in module.train_inputs]
     eval_inputs = [tensor_row(x, offset(x), classes=module.labels.get(x.name, 0)) for x in module.eval_inputs]
     eval_outputs = [tensor_row(o, offset(o), f"output '{name}' {tuple(o.shape)} {o.dtype}")

@@ -50,6 +50,12 @@ class Module:
         return self
 
     @property
+    def eval_variables(self) -> set[str]:
+        """The names of the variables the evaluation step reads: the model (parameters, batch-norm
+        statistics), not the optimizer's state, the step counter or the guard."""
+        return {v.name for v in leaves_of(topological_order(self.outputs.values()), "variable")}
+
+    @property
     def layout_hash(self) -> int:
         return layout_hash(self.variables)
 
