@@ -6,7 +6,6 @@ process.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -45,11 +44,6 @@ ffi.cdef(CDEF)
 _libraries: dict[str, object] = {}
 
 
-@functools.lru_cache(maxsize=None)
-def copies_dir() -> str:
-    return tempfile.mkdtemp(prefix="gcompile-libs-")
-
-
 def open_library(path: str, sha256: str | None = None):
     """dlopen a library by content: a rebuilt library at the same path must not return the old handle. With
     the digest its build recorded, a library changed since (truncated: dlopen would kill the process) is
@@ -64,11 +58,11 @@ def open_library(path: str, sha256: str | None = None):
                             f"the manifest records {sha256[:16]}...): truncated or replaced; compile the program "
                             "again")
     digest = full[:16]
-    if digest not in _libraries:
-        copy = os.path.join(copies_dir(), f"{digest}.so")
-        if not os.path.exists(copy):
+    if digest not in _libraries:   # opened from a copy named by its content, removed once it is mapped
+        with tempfile.TemporaryDirectory(prefix="gcompile-lib-") as folder:
+            copy = os.path.join(folder, f"{digest}.so")
             shutil.copyfile(path, copy)
-        _libraries[digest] = ffi.dlopen(copy)
+            _libraries[digest] = ffi.dlopen(copy)
     return _libraries[digest]
 
 

@@ -407,3 +407,16 @@ def test_split_shapes_the_trainer_refuses(artifact, tmp_path):
     proc = run_binary(artifact, "check", "valid", data, check=1)   # a valid split may be smaller than a batch
     write_split(data, "valid", IMAGES[:BATCH - 1], LABELS[:BATCH - 1])
     assert run_binary(artifact, "check", "valid", data, check=0).stdout == f"{data}: ok\n"
+
+
+def test_loading_leaves_no_copy_of_the_library_behind(tmp_path):
+    """gc.load opens a copy of the library named by its content (a rebuilt one at the same path must not get
+    the old handle); the copy is removed once mapped (each process used to leave a folder of them in /tmp)."""
+    import tempfile
+    from pathlib import Path
+    before = set(Path(tempfile.gettempdir()).glob("gcompile-lib*"))
+    program = small_program(lr=0.3)   # a library this process has not opened yet
+    with gc.load(gc.compile(program, target="cpu", out_dir=tmp_path)) as m:
+        x, y = good_batch()
+        assert np.isfinite(m.train_step(x, y))
+    assert set(Path(tempfile.gettempdir()).glob("gcompile-lib*")) == before
