@@ -5,6 +5,8 @@ binary (the training command line). Builds are cached by a hash of source + ever
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -312,12 +314,42 @@ def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
     if recorded is None:
         return None
     artifact = Artifact(**dict(recorded, cached=True, seconds=0.0))
+    if Path(artifact.out_dir).resolve() != out:
+        return None   # a copy of another folder: its manifest names the other folder's files
     if not all(Path(p).exists() for p in (artifact.binary, artifact.library, artifact.init, artifact.source)):
         return None
-    digest = file_sha256(artifact.library)
-    if digest is None or digest != manifest.get("library_sha256"):
-        return None   # changed since it was built (a truncated copy would kill the process that loads it)
+    if not outputs_intact(manifest, Path(artifact.library), Path(artifact.binary)):
+        return None   # changed since it was built (a truncated library would kill the process that loads it)
     return artifact
+
+
+def outputs_intact(manifest: dict, library: Path, binary: Path) -> bool:
+    """Whether the library and the binary are the ones the build that wrote `manifest` linked."""
+    digests = [file_sha256(library), file_sha256(binary)]
+    return None not in digests and digests == [manifest.get("library_sha256"), manifest.get("binary_sha256")]
+
+
+def check_folder(target: str, out_dir) -> Path:
+    """The output folder, absolute, if the target can build there (before anything is made in it)."""
+    out = Path(out_dir).resolve()
+    if target == "cuda" and '"' in str(out):   # nvcc hands the objects to nvlink, which drops the quotes
+        raise BuildError(f"out_dir {str(out)!r}: the cuda target cannot build in a folder whose path has a double "
+                         "quote (nvcc's device linker, nvlink, cannot open such paths); choose another folder")
+    return out
+
+
+@contextlib.contextmanager
+def folder_lock(out_dir, name: str):
+    """Holds `out_dir/.<name>.lock` (made with the folder if missing) locked, exclusively, while inside: a
+    build of `name` there by another process or thread waits (two at once deleted each other's objects and
+    recorded a half-written library's digest). An flock: the system releases it when its holder dies."""
+    out = make_folder(out_dir, "output", BuildError)
+    with open(out / f".{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def file_sha256(path) -> str | None:
@@ -332,11 +364,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
           sanitize: bool = False) -> Artifact:
     start = time.perf_counter()
     module, target = compiled.module, compiled.target
-    out = Path(out_dir).resolve()
-    if target == "cuda" and '"' in str(out):   # nvcc hands the objects to nvlink, which drops the quotes
-        raise BuildError(f"out_dir {str(out)!r}: the cuda target cannot build in a folder whose path has a double "
-                         "quote (nvcc's device linker, nvlink, cannot open such paths); choose another folder")
-    make_folder(out, "output", BuildError)
+    out = make_folder(check_folder(target, out_dir), "output", BuildError)
     if target == "cuda":
         arch = arch or detect_arch() or DEFAULT_CUDA_ARCH
         check_wgmma_arch(compiled.kernels, arch)
@@ -345,9 +373,10 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     parts = part_commands(target, compiler, flags, compiled.kernel_parts)
 
     source = out / f"{module.name}{SUFFIX[target]}"
+    for other in set(SUFFIX.values()) - {SUFFIX[target]}:   # the other target's source, of an older build
+        (out / f"{module.name}{other}").unlink(missing_ok=True)
     write_if_changed(source, compiled.source.encode())
     init = out / module.init_file
-    write_checkpoint(init, initial_checkpoint(module))
     binary, library = out / module.name, out / f"lib{module.name}.so"
     outputs = part_outputs(out, module.name, parts)
     objects = [o for o in outputs if o.suffix == ".o"]
@@ -356,14 +385,13 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     key = hashlib.sha256("\0".join([compiled.source, *settings]).encode()).hexdigest()
     key_file = out / f".{module.name}.build-key"
     manifest_path = out / f"{module.name}.json"
-    digest = file_sha256(library)   # None when missing: then no manifest's (None too) makes it a hit
-    cached = key_file.exists() and key_file.read_text() == key and binary.exists() and digest is not None and \
-        digest == read_build_manifest(manifest_path).get("library_sha256")
+    cached = key_file.exists() and key_file.read_text() == key and \
+        outputs_intact(read_build_manifest(manifest_path), library, binary)
     if cached:   # the serialized wgmma its build found (the manifest it wrote then)
         serialized = list(read_build_manifest(manifest_path).get("wgmma_serialized", []))
-    else:
-        key_file.unlink(missing_ok=True)
-        program_key_file(out, module.name).unlink(missing_ok=True)
+    else:   # until the new build is whole, no manifest says the folder holds one (the old binary keeps its init)
+        for stale in (key_file, program_key_file(out, module.name), manifest_path):
+            stale.unlink(missing_ok=True)
         stub = package_dir("runtime") / "gc_main_stub.cpp"
         serialized = serialized_wgmma(run([[*part, str(source), "-o", str(output)]
                                            for part, output in zip(parts, outputs)], source))
@@ -376,6 +404,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
         for path in [*fatbins, *objects]:   # every part's output and the embedded device code's object
             path.unlink(missing_ok=True)
         key_file.write_text(key)
+    write_checkpoint(init, initial_checkpoint(module))   # the binary loads it: only beside the binary built for it
 
     artifact = Artifact(module.name, target, str(out), str(source), str(binary), str(library),
                         str(manifest_path), str(init), cached, time.perf_counter() - start)
@@ -386,7 +415,8 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
                     arena_bytes=compiled.plan.arena_bytes,
                     batch_rows=any(b.rows for b in compiled.plan.buffers),
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes,
-                    wgmma_serialized=serialized, library_sha256=file_sha256(library))
+                    wgmma_serialized=serialized, library_sha256=file_sha256(library),
+                    binary_sha256=file_sha256(binary))
     write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
     if program_key:
         program_key_file(out, module.name).write_text(program_key)

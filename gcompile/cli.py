@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -40,7 +41,11 @@ def main(argv=None) -> int:
     if "--" in argv:  # what follows `--` belongs to the program `gcompile run` starts
         split = argv.index("--")
         argv, passthrough = argv[:split], argv[split + 1:]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if passthrough and args.command != "run":   # silently dropped, they hid a `build` meant as `run`
+        parser.error(f"{args.command} takes no arguments after --; {' '.join(passthrough)!r} would go to the "
+                     "binary that `gcompile run` starts")
     args.passthrough = passthrough
     try:
         return importlib.import_module(args.module).run(args)
@@ -50,6 +55,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:   # Ctrl-C: what was being written is cleaned up on the way out; no traceback
         print(f"gcompile {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:   # output piped into a reader that stopped (| head): no traceback, nor another at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from .build import Artifact, build, build_settings, cached_artifact, compile_flags, header_commands
+from .build import (Artifact, build, build_settings, cached_artifact, check_folder, compile_flags, folder_lock,
+                    header_commands)
 from .errors import GCompileError
 from .executor import NumpyExecutor
 from .gemm_tiles import check_precision
@@ -39,13 +40,15 @@ def compile(program, target: str = "cuda", out_dir=None, name: str | None = None
     key = fingerprint(program, [*build_settings(target, compiler, flags, link_flags), name, source,
                                 f"precision={precision}",
                                 *([f"tuning={record['program']}:{record['kernels']}"] if record else [])])
-    artifact = cached_artifact(out_dir, name, key)
-    if artifact is not None:
-        return artifact
-    from .pipeline import compile_program  # the passes load networkx and jinja2: only when compiling
-    compiled = compile_program(program, target, name, source, precision=precision, tuning=record,
-                               build_command=header_commands(target, compiler, flags))
-    return build(compiled, out_dir, arch, cudart, program_key=key, sanitize=sanitize)
+    # builds of one name into one folder take turns (processes, threads)
+    with folder_lock(check_folder(target, out_dir), name):
+        artifact = cached_artifact(out_dir, name, key)
+        if artifact is not None:
+            return artifact
+        from .pipeline import compile_program  # the passes load networkx and jinja2: only when compiling
+        compiled = compile_program(program, target, name, source, precision=precision, tuning=record,
+                                   build_command=header_commands(target, compiler, flags))
+        return build(compiled, out_dir, arch, cudart, program_key=key, sanitize=sanitize)
 
 
 def fingerprint(program, settings) -> str:
@@ -60,8 +63,9 @@ def fingerprint(program, settings) -> str:
     h.update("\0".join(map(str, settings)).encode())
     h.update(format_graph(outputs).encode())
     for node in topological_order(outputs):
-        if node.op == "variable":
+        if node.op == "variable":   # its initial value, and whether it is trainable (the manifest says)
             h.update(node.attrs["init"](node.shape, node.dtype).tobytes())
+            h.update(b"T" if node.attrs.get("trainable", True) else b"F")
         elif node.op == "constant":
             h.update(node.attrs["value"].tobytes())
     return h.hexdigest()

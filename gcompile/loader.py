@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -86,9 +87,11 @@ def resolve(artifact) -> dict:
 class Model:
     """A loaded program. `params` (all variables by name), `train_step(*inputs) -> loss`, `forward(*inputs)
     -> dict`, `predict(x) -> first output`, `time_steps(steps, which) -> seconds`, `save(path)`, `load(path)`,
-    `close()`."""
+    `close()`. One model may be shared by threads: its calls into the library take turns (the arena holds one
+    batch), and close() waits for the call in progress."""
 
     def __init__(self, artifact, initial: bool = True):
+        self._lock = threading.RLock()
         self.manifest = resolve(artifact)
         if self.manifest.get("sanitize") and not sanitizer_runtime_loaded():
             raise GCompileError(f"{self.manifest['artifact']['library']}: built with sanitize=True; loading it into "
@@ -108,9 +111,15 @@ class Model:
             raise RuntimeFailure(message if message.startswith(f"{fn}:") else f"{fn}: {message}")
 
     def _live(self):
-        if self.handle is None:
+        if getattr(self, "handle", None) is None:
             raise GCompileError(f"model {self.manifest['name']!r} is closed")
         return self.handle
+
+    def _call(self, fn: str, *args) -> None:
+        """lib.fn(handle, *args), raising on its error code, under the model's lock: one call into the
+        library at a time (two threads' batches would share the arena), none after close()."""
+        with self._lock:
+            self._check(getattr(self.lib, fn)(self._live(), *args), fn)
 
     def _inputs(self, specs, values, fn):
         if len(values) != len(specs):
@@ -121,27 +130,27 @@ class Model:
 
     def train_step(self, *inputs) -> float:
         """One optimizer step on a batch; inputs in the order of manifest['train_inputs']. Returns the loss."""
-        handle = self._live()
+        self._live()
         if not self.manifest["has_train_step"]:
             raise GCompileError(f"model {self.manifest['name']!r} has no training step")
         keep, ptrs = self._inputs(self.manifest["train_inputs"], inputs, "train_step")
         loss = ffi.new("double*")
-        self._check(self.lib.gc_train_step(handle, ptrs, len(keep), loss), "gc_train_step")
+        self._call("gc_train_step", ptrs, len(keep), loss)
         return float(loss[0])
 
     def forward(self, *inputs) -> dict[str, np.ndarray]:
-        handle = self._live()
+        self._live()
         keep, ptrs = self._inputs(self.manifest["eval_inputs"], inputs, "forward")
         outs = [np.empty(o["shape"], dtype=o["dtype"]) for o in self.manifest["outputs"]]
         out_ptrs = ffi.new("void*[]", [ffi.from_buffer(o) for o in outs] or [ffi.NULL])
-        self._check(self.lib.gc_forward(handle, ptrs, len(keep), out_ptrs, len(outs)), "gc_forward")
+        self._call("gc_forward", ptrs, len(keep), out_ptrs, len(outs))
         return {o["name"]: arr for o, arr in zip(self.manifest["outputs"], outs)}
 
     def time_steps(self, steps: int, which: str = "train") -> float:
         """Seconds of device time for `steps` train (or eval) steps on the inputs already in the model — those
         of the last train_step / forward call (zeros before any) — replayed as the trainer replays them, after
         a warm-up. Train steps, the warm-up's included, update the parameters."""
-        handle = self._live()
+        self._live()
         if which not in ("train", "eval"):
             raise GCompileError(f"time_steps: which must be 'train' or 'eval', not {which!r}")
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= 2**31 - 1:
@@ -149,8 +158,7 @@ class Model:
         if which == "train" and not self.manifest["has_train_step"]:
             raise GCompileError(f"model {self.manifest['name']!r} has no training step")
         seconds = ffi.new("double*")
-        self._check(self.lib.gc_time_steps(handle, 0 if which == "train" else 1, int(steps), seconds),
-                    "gc_time_steps")
+        self._call("gc_time_steps", 0 if which == "train" else 1, int(steps), seconds)
         return float(seconds[0])
 
     def predict(self, *inputs) -> np.ndarray:
@@ -161,41 +169,40 @@ class Model:
         return next(iter(self.forward(*inputs).values()))
 
     def get(self, name: str) -> np.ndarray:
-        handle = self._live()
+        self._live()
         if name not in self.variables:
             raise GCompileError(f"no variable named {name!r}; known: {sorted(self.variables)}")
         v = self.variables[name]
         out = np.empty(v["shape"], dtype=v["dtype"])
-        self._check(self.lib.gc_get_variable(handle, name.encode(), ffi.from_buffer(out), out.nbytes),
-                    "gc_get_variable")
+        self._call("gc_get_variable", name.encode(), ffi.from_buffer(out), out.nbytes)
         return out
 
     def set(self, name: str, value) -> None:
-        handle = self._live()
+        self._live()
         if name not in self.variables:
             raise GCompileError(f"no variable named {name!r}; known: {sorted(self.variables)}")
         v = self.variables[name]
         arr = check_feed(name, v["shape"], v["dtype"], value, what="value for variable")
-        self._check(self.lib.gc_set_variable(handle, name.encode(), ffi.from_buffer(arr), arr.nbytes),
-                    "gc_set_variable")
+        self._call("gc_set_variable", name.encode(), ffi.from_buffer(arr), arr.nbytes)
 
     @property
     def params(self) -> Mapping[str, np.ndarray]:
         """Every variable's value now, by name: a read-only snapshot (writing into it raises rather than
         changing nothing); `set(name, value)` changes a variable."""
         snapshot = {}
-        for name in self.variables:
-            snapshot[name] = self.get(name)
-            snapshot[name].flags.writeable = False
+        with self._lock:   # one step's values, not some from before another thread's step and some after
+            for name in self.variables:
+                snapshot[name] = self.get(name)
+                snapshot[name].flags.writeable = False
         return MappingProxyType(snapshot)
 
     def save(self, path) -> None:
         """Write every variable and the trainer's position to a checkpoint, atomically."""
-        self._check(self.lib.gc_save(self._live(), c_path(path)), "gc_save")
+        self._call("gc_save", c_path(path))
 
     def load(self, path) -> None:
         """Load a checkpoint of this program; a bad file raises and leaves the model unchanged."""
-        self._check(self.lib.gc_load(self._live(), c_path(path)), "gc_load")
+        self._call("gc_load", c_path(path))
 
     def check_file(self, kind: str, path) -> None:
         """Check a file as the trainer would read it, without loading it: kind "checkpoint" (a checkpoint of
@@ -207,9 +214,13 @@ class Model:
             raise DataError(ffi.string(self.lib.gc_last_error()).decode(errors="replace"))
 
     def close(self) -> None:
-        if getattr(self, "handle", None) is not None:
-            self.lib.gc_destroy(self.handle)
-            self.handle = None
+        """Free the model (after the call another thread has in progress, if any); calls after it raise."""
+        if getattr(self, "_lock", None) is None:   # __init__ failed before anything was made
+            return
+        with self._lock:
+            if getattr(self, "handle", None) is not None:
+                self.lib.gc_destroy(self.handle)
+                self.handle = None
 
     __del__ = close
 

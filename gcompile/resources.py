@@ -36,11 +36,16 @@ def package_dir(name: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def code_digest() -> str:
-    """sha256 of gcompile's own code, templates and runtime: a build made by other code is never reused."""
+    """sha256 of gcompile's own code, templates, runtime and data files (the GEMM tile calibration, which
+    `bench/gemm_bench.py --calibrate` rewrites): a build made by other code or data is never reused."""
     h = hashlib.sha256()
-    roots = [Path(__file__).resolve().parent, package_dir("codegen_templates"), package_dir("runtime")]
-    for root in roots:
-        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".j2", ".h", ".cuh", ".cpp")):
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
+    for path in digested_files():
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def digested_files() -> list[Path]:
+    roots = [Path(__file__).resolve().parent, package_dir("codegen_templates"), package_dir("runtime")]
+    return [path for root in roots
+            for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".j2", ".h", ".cuh", ".cpp", ".json"))]

@@ -113,14 +113,13 @@ static void gc_on_save_signal(int sig) {
 
 static int gc_is_default(const struct sigaction* a) { return !(a->sa_flags & SA_SIGINFO) && a->sa_handler == SIG_DFL; }
 
-// With tmp: the handler above in place of default ones (what was there goes into old); without: old's back,
-// where the handler is still this one.
-static void gc_guard_save(const char* tmp, struct sigaction* old) {
+// On: the handler above in place of default ones (what was there goes into old); off: old's back, where the
+// handler is still this one. The temporary file it removes is named by gc_saving_name.
+static void gc_guard_save(int on, struct sigaction* old) {
     if (!gc_save_guard) return;
     gc_saving_now = 0;
-    if (tmp) snprintf(gc_saving, sizeof gc_saving, "%s", tmp);
     for (int i = 0; i < 3; i++) {
-        if (tmp) {
+        if (on) {
             struct sigaction sa;
             memset(&sa, 0, sizeof sa);
             sigemptyset(&sa.sa_mask);
@@ -137,25 +136,37 @@ static void gc_guard_save(const char* tmp, struct sigaction* old) {
                 sigaction(gc_save_signals[i], &old[i], NULL);
         }
     }
-    gc_saving_now = tmp != NULL;
 }
 
-// The temporary file's name for a checkpoint written to `dest`.
-static int gc_temporary(const char* dest, char* tmp, size_t n) {
-    if (snprintf(tmp, n, "%s.tmp.%d", dest, (int)getpid()) >= (int)n)
-        return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", dest);
+// The temporary file a signal during the save removes (never a name half copied: the handler reads it only
+// once it is whole).
+static void gc_saving_name(const char* tmp) {
+    if (!gc_save_guard) return;
+    gc_saving_now = 0;
+    snprintf(gc_saving, sizeof gc_saving, "%s", tmp);
+    gc_saving_now = 1;
+}
+
+// A new temporary file beside `dest` (`dest.tmp.XXXXXX`, a name of its own: saves of two threads or
+// processes to one path must not write into each other's), open for writing (*fd), its name in tmp; mode
+// 0666 less the umask, as fopen would make it.
+static int gc_temporary(const char* path, const char* dest, char* tmp, size_t n, int* fd) {
+    if (snprintf(tmp, n, "%s.tmp.XXXXXX", dest) >= (int)n) return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", dest);
+    *fd = mkstemp(tmp);
+    if (*fd < 0) return gc_fail(GC_ERR_IO, "%s: a checkpoint cannot be written there: %s", path, strerror(errno));
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(*fd, 0666 & ~mask);
     return GC_OK;
 }
 
 // Whether a checkpoint can be written at `path` (the trainer's --save, before any training): its target is
-// a regular file or none (gc_save_target), and its temporary file can be made in that folder (one a killed
-// run of the same process id left there is this process's to replace, as the save would).
+// a regular file or none (gc_save_target), and a temporary file can be made in that folder.
 static int gc_check_save_path(const char* path) {
     char dest[PATH_MAX], tmp[PATH_MAX + 32];
+    int fd;
     GC_TRY(gc_save_target(path, dest, sizeof dest));
-    GC_TRY(gc_temporary(dest, tmp, sizeof tmp));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return gc_fail(GC_ERR_IO, "%s: a checkpoint cannot be written there: %s", path, strerror(errno));
+    GC_TRY(gc_temporary(path, dest, tmp, sizeof tmp, &fd));
     close(fd);
     unlink(tmp);
     return GC_OK;
@@ -163,15 +174,23 @@ static int gc_check_save_path(const char* path) {
 
 static int gc_write_atomic(const char* path, const void* data, size_t n) {
     char dest[PATH_MAX], tmp[PATH_MAX + 32];
+    int fd;
     GC_TRY(gc_save_target(path, dest, sizeof dest));
-    GC_TRY(gc_temporary(dest, tmp, sizeof tmp));
     struct sigaction old[3];
-    gc_guard_save(tmp, old);
-    FILE* f = fopen(tmp, "wb");
+    gc_guard_save(1, old);   // from before the file exists until it is renamed or removed
+    int rc = gc_temporary(path, dest, tmp, sizeof tmp, &fd);
+    if (rc != GC_OK) {
+        gc_guard_save(0, old);
+        return rc;
+    }
+    gc_saving_name(tmp);
+    FILE* f = fdopen(fd, "wb");
     if (!f) {
         int err = errno;
-        gc_guard_save(NULL, old);
-        return gc_fail(GC_ERR_IO, "%s: cannot write checkpoint: cannot create %s: %s", path, tmp, strerror(err));
+        close(fd);
+        remove(tmp);
+        gc_guard_save(0, old);
+        return gc_fail(GC_ERR_IO, "%s: cannot write checkpoint: %s", path, strerror(err));
     }
     int ok = fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int err = ok ? 0 : errno;
@@ -179,10 +198,10 @@ static int gc_write_atomic(const char* path, const void* data, size_t n) {
     if (ok && rename(tmp, dest) != 0) { ok = 0; err = errno; }
     if (!ok) {
         remove(tmp);
-        gc_guard_save(NULL, old);
+        gc_guard_save(0, old);
         return gc_fail(GC_ERR_IO, "%s: cannot write checkpoint: %s (existing file left unchanged)", path, strerror(err));
     }
-    gc_guard_save(NULL, old);
+    gc_guard_save(0, old);
     return GC_OK;
 }
 

@@ -40,7 +40,7 @@ def test_second_build_is_a_cache_hit_and_a_change_rebuilds(tmp_path):
     assert read_checkpoint(rebuilt.init).tensors["lr"] == np.float32(0.2)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "missing"])
+@pytest.mark.parametrize("damage", ["truncated", "missing", "binary truncated"])
 @pytest.mark.parametrize("level", ["fingerprint", "build key"])
 def test_a_changed_library_is_not_a_cache_hit(tmp_path, damage, level):
     """A library cut short, or gone with its manifest, since its build is built again, not handed to gc.load:
@@ -56,6 +56,8 @@ def test_a_changed_library_is_not_a_cache_hit(tmp_path, damage, level):
     library = Path(first.library).read_bytes()
     if damage == "truncated":
         Path(first.library).write_bytes(library[:1000])
+    elif damage == "binary truncated":
+        Path(first.binary).write_bytes(Path(first.binary).read_bytes()[:1000])
     else:
         Path(first.library).unlink()
         Path(first.manifest).unlink()
@@ -66,6 +68,57 @@ def test_a_changed_library_is_not_a_cache_hit(tmp_path, damage, level):
     with gc.load(again) as m:
         assert m.params["W"].shape == (3, 2)
     assert make().cached
+
+
+def test_a_copied_build_folder_is_built_again_in_place(tmp_path):
+    """Its manifest names the original folder's files: a cache hit there handed out those (and their initial
+    values, whatever the original folder had been rebuilt with since)."""
+    first = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    copy = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path / "b")
+    assert not copy.cached and Path(copy.binary).parent == tmp_path / "b"
+    assert Path(first.binary).parent == tmp_path / "a"
+    assert gc.compile(tiny_program(), target="cpu", out_dir=tmp_path / "b").cached
+
+
+def test_what_the_fingerprint_covers():
+    """trainable (the manifest says it) and the data files gcompile reads (the GEMM tile calibration that
+    `bench/gemm_bench.py --calibrate` rewrites), besides the graph, values, settings and code."""
+    from gcompile import resources
+    from gcompile.compiler import fingerprint
+    assert "gemm_tiles_sm90.json" in {p.name for p in resources.digested_files()}
+    prints = []
+    for trainable in (True, False):
+        x = gc.placeholder("x", (4, 3))
+        W = gc.variable("W", (3, 2), init=gc.init.normal(0.5, seed=4))
+        c = gc.variable("c", (2,), trainable=trainable)
+        prints.append(fingerprint([x @ W + c], ["cpu"]))
+    assert prints[0] != prints[1]
+
+
+def test_a_failed_rebuild_leaves_no_manifest_over_the_old_build(tmp_path, monkeypatch):
+    """The new initial values are written only beside the binary built for them, and the manifest is gone
+    until a build is whole: the old binary kept running with the new program's init file."""
+    first = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
+    old_init, old_binary = Path(first.init).read_bytes(), Path(first.binary).read_bytes()
+
+    def failing(commands, source):
+        raise gc.BuildError("the compiler failed")
+    monkeypatch.setattr(build, "run", failing)
+    changed = tiny_program()
+    changed.optimizer.lr = 0.3
+    with pytest.raises(gc.BuildError, match="the compiler failed"):
+        gc.compile(gc.Program(changed.loss, changed.params, gc.SGD(lr=0.3), {"logits": changed.loss}, name="tiny"),
+                   target="cpu", out_dir=tmp_path)
+    assert not Path(first.manifest).exists()
+    assert Path(first.init).read_bytes() == old_init and Path(first.binary).read_bytes() == old_binary
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc is not installed")
+def test_another_target_in_the_same_folder_leaves_one_source(tmp_path):
+    gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
+    gc.compile(tiny_program(), target="cuda", arch="sm_90", out_dir=tmp_path)
+    assert (tmp_path / "tiny.cu").exists() and not (tmp_path / "tiny.cpp").exists()
 
 
 def test_initial_checkpoint_holds_the_initializers_values(tmp_path):

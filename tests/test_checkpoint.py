@@ -191,8 +191,8 @@ def test_a_failed_save_leaves_the_existing_file_and_no_temporary(model, tmp_path
     with pytest.raises(gc.RuntimeFailure, match=r"gc_save: .*/sub: a folder, not a regular file: a checkpoint is "
                                                 r"not written there"):
         model.save(tmp_path / "sub")
-    with pytest.raises(gc.RuntimeFailure, match=r"dir.ckpt: cannot write checkpoint: cannot create .*/dir.ckpt.tmp.\d+: "
-                                                r"No such file or directory"):
+    with pytest.raises(gc.RuntimeFailure, match=r"dir.ckpt: a checkpoint cannot be written there: No such file or "
+                                                r"directory"):
         model.save(tmp_path / "no" / "such" / "dir.ckpt")
     with pytest.raises(gc.DataError, match="cannot store complex128"):
         gc.write_checkpoint(target, ck.Checkpoint({"z": np.zeros(2, complex)}, 0))

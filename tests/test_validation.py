@@ -4,7 +4,10 @@ gc.load's Model and through raw C calls)."""
 import json
 import os
 import re
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -184,6 +187,14 @@ def test_gcompile_command_line(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as done:
         gcompile_main(["build", str(model_file(tmp_path, GOOD_MODEL)), *args])
     assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_arguments_after_a_double_dash_are_for_run_only(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        gcompile_main(["build", str(model_file(tmp_path, GOOD_MODEL)), "--", "train", "--data", "x"])
+    assert done.value.code == 2
+    assert "build takes no arguments after --; 'train --data x' would go to the binary that `gcompile run` " \
+           "starts" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("out,reason", [("file", "something other than a folder is there"),
@@ -420,3 +431,98 @@ def test_loading_leaves_no_copy_of_the_library_behind(tmp_path):
         x, y = good_batch()
         assert np.isfinite(m.train_step(x, y))
     assert set(Path(tempfile.gettempdir()).glob("gcompile-lib*")) == before
+
+
+# --- one model, several threads; one build folder, several builders -----------------------------------------
+def test_a_model_shared_by_threads_takes_turns(artifact):
+    """The arena holds one batch: two threads' forward calls on one model got each other's results (the library
+    releases the GIL); their calls now take turns. close() from another thread waits for the call in progress."""
+    import threading
+    with gc.load(artifact) as m:
+        r = np.random.RandomState(4)
+        batches = [r.uniform(0, 1, (BATCH, FEATURES)).astype(np.float32) for _ in range(2)]
+        want = [m.predict(x).copy() for x in batches]
+        wrong = []
+
+        def predict(i):
+            for _ in range(300):
+                if not np.array_equal(m.predict(batches[i]), want[i]):
+                    wrong.append(i)
+        threads = [threading.Thread(target=predict, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert wrong == []
+
+    script = textwrap.dedent(f"""
+        import threading, time, numpy as np, gcompile as gc
+        m = gc.load({artifact.manifest!r})
+        x, y = np.ones(({BATCH}, {FEATURES}), np.float32), np.zeros({BATCH}, np.int32)
+        errors = []
+        def train():
+            try:
+                while True:
+                    m.train_step(x, y)
+            except gc.GCompileError as e:
+                errors.append(str(e))
+        t = threading.Thread(target=train)
+        t.start()
+        time.sleep(0.3)
+        m.close()
+        t.join()
+        print(errors)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "model 'small' is closed" in done.stdout, (done.returncode, done.stderr)
+
+
+def test_saves_to_one_path_at_once_each_write_a_whole_file(artifact, tmp_path):
+    """Each save has a temporary file of its own (they shared `path.tmp.<pid>`: saves failed, and a reader saw
+    half-written files at the path)."""
+    import threading
+    target, failures, bad = tmp_path / "shared.ckpt", [], []
+    models = [gc.load(artifact) for _ in range(2)]
+
+    def save(m):
+        for _ in range(40):
+            try:
+                m.save(target)
+            except gc.GCompileError as e:
+                failures.append(str(e))
+
+    def read():
+        for _ in range(80):
+            try:
+                gc.read_checkpoint(target)
+            except gc.DataError as e:
+                if "No such file" not in str(e):
+                    bad.append(str(e))
+    threads = [threading.Thread(target=save, args=(m,)) for m in models] + [threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for m in models:
+        m.close()
+    assert failures == [] and bad == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.ckpt"]
+
+
+def test_builds_into_one_folder_at_once_take_turns(tmp_path):
+    """Processes compiling one program into one folder (gc.Executor's cache, workers starting together) deleted
+    each other's objects and recorded a half-written library; a lock on the folder makes them take turns."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import gcompile as gc
+        from reliability import small_program
+        artifact = gc.compile(small_program(lr=0.7), target="cpu", out_dir={str(tmp_path / "out")!r})
+        with gc.load(artifact) as m:
+            print(m.params["W1"].sum())
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    results = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
+    assert all(rc == 0 for _, _, rc in results), [err for _, err, _ in results]
+    assert len({out for out, _, _ in results}) == 1
