@@ -147,26 +147,16 @@ static void gc_saving_name(const char* tmp) {
     gc_saving_now = 1;
 }
 
-// The process's umask, read without setting it (umask() sets it, and another thread creating a file in
-// between would get none): Linux's /proc/self/status, else the usual 022.
-static mode_t gc_umask(void) {
-    unsigned mask = 022;
-    FILE* f = fopen("/proc/self/status", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "Umask: %o", &mask) == 1) break;
-    if (f) fclose(f);
-    return (mode_t)mask;
-}
-
 // A new temporary file beside `dest` (`dest.tmp.XXXXXX`, a name of its own: saves of two threads or
 // processes to one path must not write into each other's), open for writing (*fd), its name in tmp; mode
-// 0666 less the umask, as fopen would make it (mkstemp's is 0600).
+// 0666 less the umask, as fopen would make it.
 static int gc_temporary(const char* path, const char* dest, char* tmp, size_t n, int* fd) {
     if (snprintf(tmp, n, "%s.tmp.XXXXXX", dest) >= (int)n) return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", dest);
     *fd = mkstemp(tmp);
     if (*fd < 0) return gc_fail(GC_ERR_IO, "%s: a checkpoint cannot be written there: %s", path, strerror(errno));
-    fchmod(*fd, 0666 & ~gc_umask());
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(*fd, 0666 & ~mask);
     return GC_OK;
 }
 

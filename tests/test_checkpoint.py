@@ -198,16 +198,3 @@ def test_a_failed_save_leaves_the_existing_file_and_no_temporary(model, tmp_path
         gc.write_checkpoint(target, ck.Checkpoint({"z": np.zeros(2, complex)}, 0))
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.ckpt", "sub"]
-
-
-def test_a_saved_checkpoint_has_the_mode_the_umask_gives(model, tmp_path):
-    """0666 less the umask, as a file fopen makes (its temporary file is mkstemp's, 0600), and the umask is read,
-    not set and put back (a file another thread made in between would have got none)."""
-    import stat
-    former = os.umask(0o027)
-    try:
-        model.save(tmp_path / "a.ckpt")
-        assert stat.S_IMODE(os.stat(tmp_path / "a.ckpt").st_mode) == 0o640
-        assert os.umask(0o027) == 0o027
-    finally:
-        os.umask(former)
