@@ -83,8 +83,8 @@ def main(argv=None) -> int:
     except gc.GCompileError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except subprocess.CalledProcessError as e:   # the trainer printed its own error
-        print(f"error: {' '.join(map(str, e.cmd))} exited with status {e.returncode}", file=sys.stderr)
+    except subprocess.CalledProcessError as e:   # the trainer printed its error, or (eval) it was captured
+        print(f"{e.stderr or ''}error: {' '.join(map(str, e.cmd))} exited with status {e.returncode}", file=sys.stderr)
         return 1
     out = Path(args.out)
     print(f"\n{'model':<10} {'epochs':>6} {'train s':>8} {'compile s':>9} {'examples/s':>10}  accuracy (goal)")

@@ -28,6 +28,7 @@ manifest verifies is left alone.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
 import hashlib
 import json
@@ -82,14 +83,18 @@ def signals_held():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught = []
-    former = {s: signal.signal(s, lambda number, frame: caught.append(number)) for s in HELD_SIGNALS}
+    caught, former = [], {}
+    for s in HELD_SIGNALS:   # not one whose handler Python does not know (set from C before it started)
+        if signal.getsignal(s) is not None:
+            former[s] = signal.signal(s, lambda number, frame: caught.append(number))
     try:
         yield
     finally:
         for s, handler in former.items():
             signal.signal(s, handler)
-        for number in caught:
+        # every signal that came, those that end the process (default handlers) first: a KeyboardInterrupt
+        # raised by the first would drop the ones after it
+        for number in sorted(set(caught), key=lambda s: former[s] is not signal.SIG_DFL):
             signal.raise_signal(number)
 
 
@@ -212,6 +217,27 @@ def write_dataset(out_dir, name: str, splits: dict, image_shape, num_classes: in
     datasets, which the trainer (it reads no manifest) would take for one. Temporary files a killed
     conversion left are removed first."""
     out_dir = make_folder(out_dir, "dataset", DataError)
+    with dataset_lock(out_dir):   # one conversion into a folder at a time: the stale files below are not another's
+        return write_locked(out_dir, name, splits, image_shape, num_classes, source)
+
+
+@contextlib.contextmanager
+def dataset_lock(out_dir: Path):
+    """An flock on `out_dir/.gcompile-data.lock` while inside (two conversions into one folder removed each
+    other's temporary files and could interleave their renames)."""
+    try:
+        lock = open(out_dir / ".gcompile-data.lock", "a")
+    except OSError as e:
+        raise DataError(f"{out_dir}: cannot write: {e.strerror or e}") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:   # no locks on this file system
+            pass
+        yield
+
+
+def write_locked(out_dir: Path, name: str, splits: dict, image_shape, num_classes: int, source: dict) -> dict:
     files = [f"{split}_{kind}.npy" for split in splits for kind in KINDS] + [MANIFEST]
     for stale in (p for f in files for p in out_dir.glob(f".{f}.*.tmp")):
         stale.unlink(missing_ok=True)
@@ -298,7 +324,7 @@ def is_current(out_dir: Path, name: str, log, origin: str | None = None) -> bool
                             f"not from {origin}")
         load_dataset(out_dir, verify=True)
     except DataError as e:
-        log(f"{out_dir}: existing files do not verify ({e}); converting again")
+        log(f"{out_dir}: converting again ({e})")
         return False
     log(f"{out_dir}: {name} is already there and its checksums verify; nothing to do")
     return True

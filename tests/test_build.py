@@ -351,3 +351,25 @@ def test_the_benchmark_programs_wgmma_are_pipelined(tmp_path):
         assert json.loads(open(artifact.manifest).read())["wgmma_serialized"] == [], name
         built += 1
     assert built >= 2   # b1000 tf32 (x @ W1, dW1) and b1000 fp32 (dW1's three-part wgmma)
+
+
+def test_a_read_only_folder_still_gives_its_cache_hit(tmp_path, monkeypatch):
+    """The folder lock's file cannot be made in a read-only folder: a cache hit there needs no write (it raised
+    OSError once the lock came in)."""
+    first = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
+    Path(tmp_path / ".tiny.lock").unlink()
+
+    def read_only(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise OSError(30, "Read-only file system")
+        return open(path, *args, **kwargs)
+    monkeypatch.setattr(build, "open", read_only, raising=False)
+    again = gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
+    assert again.cached and again.binary == first.binary
+
+
+def test_a_users_file_with_the_other_targets_name_is_kept(tmp_path):
+    """Building for one target removes the other target's source only where gcompile generated it."""
+    (tmp_path / "tiny.cu").write_text("// my own kernels\n")
+    gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
+    assert (tmp_path / "tiny.cu").read_text() == "// my own kernels\n"

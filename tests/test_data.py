@@ -7,6 +7,7 @@ import pickle
 import signal
 import struct
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -203,8 +204,9 @@ def test_manifest_round_trip(tmp_path):
     entry = manifest["splits"]["valid"]["images"]
     assert entry["file"] == "valid_images.npy" and entry["shape"] == [2, 784] and entry["dtype"] == "uint8"
     assert entry["sha256"] == hashlib.sha256((tmp_path / "valid_images.npy").read_bytes()).hexdigest()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["manifest.json"] + [f"{s}_{k}.npy" for s in ("train", "valid", "test") for k in ("images", "labels")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(  # and the lock conversions take turns with
+        [".gcompile-data.lock", "manifest.json"] + [f"{s}_{k}.npy" for s in ("train", "valid", "test")
+                                                    for k in ("images", "labels")])
 
     loaded = data.load_dataset(tmp_path, verify=True)
     assert list(loaded) == ["train", "valid", "test"]
@@ -412,3 +414,30 @@ def test_a_signal_while_the_files_change_waits_for_the_last_one(tmp_path, monkey
     for split, (images, labels) in new.items():
         np.testing.assert_array_equal(loaded[split][0], images)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_conversions_into_one_folder_take_turns(tmp_path):
+    """Each removed the temporaries the other was writing (a FileNotFoundError traceback)."""
+    script = (f"import numpy as np\nfrom gcompile import data\nr = np.random.RandomState(0)\n"
+              f"splits = {{s: (r.randint(0, 256, (50, 784)).astype(np.uint8), r.randint(0, 10, 50).astype(np.uint8))"
+              f" for s in ('train', 'valid', 'test')}}\n"
+              f"for _ in range(4):\n    data.write_dataset({str(tmp_path / 'out')!r}, 'toy', splits, (28, 28), 10, {{}})\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errors
+    data.load_dataset(tmp_path / "out", verify=True)
+
+
+def test_signals_during_the_renames_all_come_after_them(tmp_path):
+    """SIGINT and SIGTERM at the first rename: the files are all put in place, then SIGTERM (default handler)
+    ends the process; the KeyboardInterrupt from SIGINT, raised first, had dropped it."""
+    script = (f"import os, signal, numpy as np\nfrom gcompile import data\nr = np.random.RandomState(1)\n"
+              f"splits = {{s: (r.randint(0, 256, (5, 784)).astype(np.uint8), r.randint(0, 10, 5).astype(np.uint8))"
+              f" for s in ('train', 'valid', 'test')}}\nreplace, sent = os.replace, []\n"
+              f"def interrupted(src, dst):\n    if not sent:\n        sent.append(1)\n"
+              f"        os.kill(os.getpid(), signal.SIGINT)\n        os.kill(os.getpid(), signal.SIGTERM)\n"
+              f"    replace(src, dst)\ndata.os.replace = interrupted\n"
+              f"data.write_dataset({str(tmp_path)!r}, 'toy', splits, (28, 28), 10, {{}})\nprint('went on')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGTERM and "went on" not in done.stdout, (done.returncode, done.stderr)
+    data.load_dataset(tmp_path, verify=True)

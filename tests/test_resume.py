@@ -176,6 +176,26 @@ def test_load_starts_a_new_run_from_the_files_model(small, tmp_path):
     assert np.abs(a.tensors["W1.velocity"]).max() > 0
 
 
+def test_load_takes_trained_parameters_the_outputs_do_not_read(tmp_path):
+    """A head only the loss uses (A) is part of the model --load takes, with the parameters the logits read."""
+    x, y = gc.placeholder("x", (4, 6)), gc.placeholder("y", (4,), dtype="int32")
+    r = np.random.RandomState(1)
+    W = gc.variable("W", init=r.normal(0, 0.3, (6, 3)).astype(np.float32))
+    A = gc.variable("A", init=r.normal(0, 0.3, (6, 1)).astype(np.float32))
+    logits = x @ W
+    loss = gc.softmax_cross_entropy(logits, y) + 0.1 * gc.reduce_mean((x @ A) * (x @ A))
+    artifact = gc.compile(gc.Program(loss, [W, A], gc.SGD(lr=0.5), outputs={"logits": logits}, name="aux"),
+                          target="cpu", out_dir=tmp_path / "build")
+    data = synthetic_dataset(tmp_path / "data", n_train=40, n_valid=12)
+    trained, loaded = tmp_path / "trained.ckpt", tmp_path / "loaded.ckpt"
+    run_binary(artifact, "train", "--data", data, "--epochs", 1, "--save", trained, check=0)
+    run_binary(artifact, "train", "--data", data, "--epochs", 0, "--load", trained, "--save", loaded, check=0)
+    a, b = gc.read_checkpoint(trained), gc.read_checkpoint(loaded)
+    assert not np.array_equal(a.tensors["A"], gc.read_checkpoint(artifact.init).tensors["A"])
+    for name in ("W", "A"):
+        assert b.tensors[name].tobytes() == a.tensors[name].tobytes(), name
+
+
 def test_load_starts_a_new_run_whose_schedule_spans_it(tmp_path):
     """--load: a step counter from 0, so that a learning-rate schedule spans this run's --epochs (it went on
     from the file's count: a cosine run had finished already)."""

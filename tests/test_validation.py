@@ -420,17 +420,20 @@ def test_split_shapes_the_trainer_refuses(artifact, tmp_path):
     assert run_binary(artifact, "check", "valid", data, check=0).stdout == f"{data}: ok\n"
 
 
-def test_loading_leaves_no_copy_of_the_library_behind(tmp_path):
+def test_loading_leaves_no_copy_of_the_library_behind(artifact, tmp_path):
     """gc.load opens a copy of the library named by its content (a rebuilt one at the same path must not get
-    the old handle); the copy is removed once mapped (each process used to leave a folder of them in /tmp)."""
-    import tempfile
-    from pathlib import Path
-    before = set(Path(tempfile.gettempdir()).glob("gcompile-lib*"))
-    program = small_program(lr=0.3)   # a library this process has not opened yet
-    with gc.load(gc.compile(program, target="cpu", out_dir=tmp_path)) as m:
-        x, y = good_batch()
-        assert np.isfinite(m.train_step(x, y))
-    assert set(Path(tempfile.gettempdir()).glob("gcompile-lib*")) == before
+    the old handle); the copy is removed once mapped (each process used to leave a folder of them in /tmp). In
+    a process of its own, with its own temporary folder: one no earlier test has loaded a library in."""
+    (tmp_path / "tmp").mkdir()
+    script = textwrap.dedent(f"""
+        import numpy as np, gcompile as gc
+        with gc.load({artifact.manifest!r}) as m:
+            m.train_step(np.ones(({BATCH}, {FEATURES}), np.float32), np.zeros({BATCH}, np.int32))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")))
+    assert done.returncode == 0, done.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 # --- one model, several threads; one build folder, several builders -----------------------------------------

@@ -275,8 +275,9 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
                               "data": ", ".join(c_literal(v, n.dtype) for v in flat),
                               "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
 
-    read = module.eval_variables
-    variables = [tensor_row(v, offset(v), model=v.name in read) for v in module.variables]
+    read = module.eval_variables   # and the trained parameters the outputs do not read (a head the loss alone uses)
+    variables = [tensor_row(v, offset(v), model=v.name in read or v.attrs.get("trainable", True))
+                 for v in module.variables]
     train_inputs = [tensor_row(x, offset(x), classes=module.labels.get(x.name, 0)) for x in module.train_inputs]
     eval_inputs = [tensor_row(x, offset(x), classes=module.labels.get(x.name, 0)) for x in module.eval_inputs]
     eval_outputs = [tensor_row(o, offset(o), f"output '{name}' {tuple(o.shape)} {o.dtype}")
