@@ -57,7 +57,8 @@ def runtime_parts(names) -> list[dict]:
 
 def tensor_row(node: Node, offset: int, comment: str = "", classes: int = 0, model: bool = False) -> dict:
     """A row of the generated tables (gc_tensor_info); classes: the bound of a label input's values; model: a
-    variable the evaluation step reads (what the trainer's --load takes from a checkpoint)."""
+    variable of the model (the evaluation step reads it, or it is trained): what the trainer's --load takes
+    from a checkpoint."""
     dims = list(node.shape) or []
     return {"name": node.name, "dtype": DTYPE_CODES[node.dtype], "ndim": len(dims),
             "dims": ", ".join(map(str, dims)) if dims else "0", "offset": offset, "nbytes": node.nbytes,
