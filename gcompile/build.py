@@ -6,7 +6,6 @@ binary (the training command line). Builds are cached by a hash of source + ever
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -24,7 +23,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint, write_checkpoint
 from .errors import BuildError, PerformanceWarning
-from .resources import make_folder, package_dir
+from .resources import file_lock, make_folder, package_dir, sha256_of
 
 DEFAULT_CUDA_ARCH = "sm_90,compute_90"  # without a GPU to ask: sm_90 machine code plus PTX
 SUFFIX = {"cuda": ".cu", "cpu": ".cpp"}
@@ -318,15 +317,20 @@ def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
         return None   # a copy of another folder: its manifest names the other folder's files
     if not all(Path(p).exists() for p in (artifact.binary, artifact.library, artifact.init, artifact.source)):
         return None
-    if not outputs_intact(manifest, Path(artifact.library), Path(artifact.binary)):
+    if not outputs_intact(manifest, output_digests(Path(artifact.library), Path(artifact.binary))):
         return None   # changed since it was built (a truncated library would kill the process that loads it)
     return artifact
 
 
-def outputs_intact(manifest: dict, library: Path, binary: Path) -> bool:
-    """Whether the library and the binary are the ones the build that wrote `manifest` linked."""
-    digests = [file_sha256(library), file_sha256(binary)]
-    return None not in digests and digests == [manifest.get("library_sha256"), manifest.get("binary_sha256")]
+def output_digests(library: Path, binary: Path) -> dict:
+    """The manifest's record of the linked files: {"library_sha256", "binary_sha256"} (None: cannot be read)."""
+    return {"library_sha256": file_sha256(library), "binary_sha256": file_sha256(binary)}
+
+
+def outputs_intact(manifest: dict, digests: dict) -> bool:
+    """Whether the files with these digests (output_digests) are the ones the build that wrote `manifest`
+    linked."""
+    return None not in digests.values() and all(manifest.get(k) == v for k, v in digests.items())
 
 
 def remove_generated(path: Path) -> None:
@@ -356,28 +360,14 @@ def folder_lock(out_dir, name: str):
     recorded a half-written library's digest). An flock: the system releases it when its holder dies.
     A folder that cannot hold the lock file (read-only, another user's) is used without it: a cache hit
     there needs no write, and a build fails at its first write with its own message."""
-    out = make_folder(out_dir, "output", BuildError)
-    try:
-        lock = open(out / f".{name}.lock", "a")
-    except OSError:
+    with file_lock(make_folder(out_dir, "output", BuildError) / f".{name}.lock"):
         yield
-        return
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        except OSError:   # no locks on this file system (ENOLCK, EOPNOTSUPP)
-            yield
-            return
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def file_sha256(path) -> str | None:
     """The SHA-256 of a file's bytes (hex), None if it cannot be read."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return sha256_of(path)
     except OSError:
         return None
 
@@ -407,10 +397,10 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
     key = hashlib.sha256("\0".join([compiled.source, *settings]).encode()).hexdigest()
     key_file = out / f".{module.name}.build-key"
     manifest_path = out / f"{module.name}.json"
-    cached = key_file.exists() and key_file.read_text() == key and \
-        outputs_intact(read_build_manifest(manifest_path), library, binary)
+    former, digests = read_build_manifest(manifest_path), output_digests(library, binary)
+    cached = key_file.exists() and key_file.read_text() == key and outputs_intact(former, digests)
     if cached:   # the serialized wgmma its build found (the manifest it wrote then)
-        serialized = list(read_build_manifest(manifest_path).get("wgmma_serialized", []))
+        serialized = list(former.get("wgmma_serialized", []))
     else:   # until the new build is whole, no manifest says the folder holds one (the old binary keeps its init)
         for stale in (key_file, program_key_file(out, module.name), manifest_path):
             stale.unlink(missing_ok=True)
@@ -426,6 +416,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
         for path in [*fatbins, *objects]:   # every part's output and the embedded device code's object
             path.unlink(missing_ok=True)
         key_file.write_text(key)
+        digests = output_digests(library, binary)
     write_checkpoint(init, initial_checkpoint(module))   # the binary loads it: only beside the binary built for it
 
     artifact = Artifact(module.name, target, str(out), str(source), str(binary), str(library),
@@ -437,8 +428,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
                     arena_bytes=compiled.plan.arena_bytes,
                     batch_rows=any(b.rows for b in compiled.plan.buffers),
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes,
-                    wgmma_serialized=serialized, library_sha256=file_sha256(library),
-                    binary_sha256=file_sha256(binary))
+                    wgmma_serialized=serialized, **digests)
     write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
     if program_key:
         program_key_file(out, module.name).write_text(program_key)

@@ -28,9 +28,7 @@ manifest verifies is left alone.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gzip
-import hashlib
 import json
 import math
 import os
@@ -48,7 +46,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import DataError
-from .resources import make_folder
+from .resources import file_lock, make_folder, sha256_of
 
 SPLITS = ("train", "valid", "test")
 KINDS = ("images", "labels")
@@ -106,14 +104,6 @@ def default_data_dir(name: str) -> Path:
         return Path(root).expanduser() / name
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache).expanduser() / "gcompile" / "data" / name
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_atomically(path: Path, write: Callable) -> None:
@@ -217,24 +207,10 @@ def write_dataset(out_dir, name: str, splits: dict, image_shape, num_classes: in
     datasets, which the trainer (it reads no manifest) would take for one. Temporary files a killed
     conversion left are removed first."""
     out_dir = make_folder(out_dir, "dataset", DataError)
-    with dataset_lock(out_dir):   # one conversion into a folder at a time: the stale files below are not another's
+    # one conversion into a folder at a time (two removed each other's temporary files, and could interleave
+    # their renames): the stale files write_locked removes are not another's
+    with file_lock(out_dir / ".gcompile-data.lock", DataError):
         return write_locked(out_dir, name, splits, image_shape, num_classes, source)
-
-
-@contextlib.contextmanager
-def dataset_lock(out_dir: Path):
-    """An flock on `out_dir/.gcompile-data.lock` while inside (two conversions into one folder removed each
-    other's temporary files and could interleave their renames)."""
-    try:
-        lock = open(out_dir / ".gcompile-data.lock", "a")
-    except OSError as e:
-        raise DataError(f"{out_dir}: cannot write: {e.strerror or e}") from None
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        except OSError:   # no locks on this file system
-            pass
-        yield
 
 
 def write_locked(out_dir: Path, name: str, splits: dict, image_shape, num_classes: int, source: dict) -> dict:

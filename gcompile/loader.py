@@ -6,7 +6,6 @@ process.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ import numpy as np
 from .build import Artifact
 from .checkpoint import checked_path
 from .errors import DataError, GCompileError, RuntimeFailure
+from .resources import sha256_of
 from .executor import check_feed
 
 CDEF = """
@@ -50,7 +50,7 @@ def open_library(path: str, sha256: str | None = None):
     the digest its build recorded, a library changed since (truncated: dlopen would kill the process) is
     refused."""
     try:
-        full = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        full = sha256_of(path)
     except OSError as e:
         raise GCompileError(f"{path}: cannot read the compiled library ({e.strerror}); was the build directory "
                             "moved or deleted? Compile the program again") from None

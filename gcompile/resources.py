@@ -1,7 +1,9 @@
 """Where the files gcompile ships live, and a digest of them (part of every build's cache key); the folders
-it writes into."""
+it writes into, their locks, and file digests."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 from importlib import resources
@@ -20,6 +22,36 @@ def make_folder(path, what: str, error=GCompileError) -> Path:
         reason = "something other than a folder is there" if isinstance(e, FileExistsError) else e.strerror
         raise error(f"{path}: cannot make the {what} folder: {reason}") from None
     return path
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, error=None):
+    """An exclusive flock on the file at path (made if missing) while inside: other processes and threads
+    taking it wait; the system releases it when its holder dies. Where the file cannot be opened (a
+    read-only folder), `error` (an exception class) is raised naming the folder, or without one the body runs
+    unlocked; on a file system without locks it runs unlocked."""
+    try:
+        lock = open(path, "a")
+    except OSError as e:
+        if error is None:
+            yield
+            return
+        raise error(f"{path.parent}: cannot write: {e.strerror or e}") from None
+    with lock:   # closing it releases the lock
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:   # ENOLCK, EOPNOTSUPP
+            pass
+        yield
+
+
+def sha256_of(path) -> str:
+    """The SHA-256 of a file's bytes (hex), read a megabyte at a time; OSError if it cannot be read."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def package_dir(name: str) -> Path:
@@ -47,5 +79,5 @@ def code_digest() -> str:
 
 def digested_files() -> list[Path]:
     roots = [Path(__file__).resolve().parent, package_dir("codegen_templates"), package_dir("runtime")]
-    return [path for root in roots
-            for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".j2", ".h", ".cuh", ".cpp", ".json"))]
+    suffixes = (".py", ".j2", ".h", ".cuh", ".cpp", ".json")
+    return [path for root in roots for path in sorted(p for p in root.rglob("*") if p.suffix in suffixes)]

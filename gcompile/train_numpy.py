@@ -17,10 +17,9 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
-
-from pathlib import Path
 
 from .commands.model_file import at_least_one, call_program, parse_settings
 from .data import default_data_dir, load_dataset, read_manifest

@@ -32,7 +32,7 @@ typedef struct {
     size_t offset;   // in the arena
     size_t nbytes;
     int64_t classes;   // an input of softmax_cross_entropy's labels: its values are in [0, classes); else 0
-    int model;         // a variable the evaluation step reads (parameters, batch-norm statistics): what --load
+    int model;         // a variable of the model (the evaluation step reads it, or it is trained): what --load
                        // takes from a checkpoint; the others (optimizer state, step counter, guard) start anew
 } gc_tensor_info;
 

@@ -497,8 +497,8 @@ static int gc_watch_start(gc_model* m, gc_watch* w, int64_t steps) {
 }
 
 // Where training starts: --resume FILE (every variable and the trainer's position); else the initial values
-// gcompile wrote next to the binary, and with --load FILE that file's model (the variables the evaluation
-// reads: parameters, batch-norm statistics) over them — a new run, whose optimizer state, step counter (which
+// gcompile wrote next to the binary, and with --load FILE that file's model (gc_tensor_info.model: what the
+// evaluation reads, and every trained variable) over them — a new run, whose optimizer state, step counter (which
 // a learning-rate schedule and Adam's bias correction count from) and learning rate start as compiled. Then
 // the guard's mode and --lr. The run's position counts in this program's batch.
 static int gc_start_state(gc_model* m, const char* argv0, const gc_options* o) {

@@ -113,7 +113,6 @@ def at_least_one(what: str):
     return parse
 
 
-
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="model file defining program(batch_size=...)")
     parser.add_argument("--target", choices=("cuda", "cpu"), default=None,
