@@ -18,7 +18,6 @@ import errno
 import math
 import os
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 
@@ -26,6 +25,7 @@ import numpy as np
 
 from .errors import DataError, GCompileError
 from .graph import MAX_NDIM
+from .resources import new_temporary
 
 MAGIC = b"GCKPT\0\0\0"
 VERSION = 3
@@ -98,7 +98,7 @@ def write_checkpoint(path, ckpt: Checkpoint) -> None:
         raise DataError(f"{path}: {'a folder' if os.path.isdir(target) else 'a device, fifo or socket'}, not a "
                         "regular file: a checkpoint is not written there")
     directory = os.path.dirname(target)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(target) + ".", suffix=".tmp", dir=directory)
+    fd, tmp = new_temporary(directory, os.path.basename(target) + ".")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

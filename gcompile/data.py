@@ -46,7 +46,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import DataError
-from .resources import file_lock, make_folder, sha256_of
+from .resources import file_lock, make_folder, new_temporary, sha256_of
 
 SPLITS = ("train", "valid", "test")
 KINDS = ("images", "labels")
@@ -115,13 +115,10 @@ def write_temporary(path: Path, write: Callable) -> Path:
     """Call `write(file)` on a temporary file beside `path` (`.<name>.<random>.tmp`) and return its path; it
     is removed if writing fails. A write error (no room, no permission) is a DataError naming `path`."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = new_temporary(path.parent, f".{path.name}.")
     except OSError as e:
         raise DataError(f"{path}: cannot write: {e.strerror}") from None
-    umask = os.umask(0)
-    os.umask(umask)
     try:
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would hide a shared cache from other users
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

@@ -3,9 +3,12 @@ it writes into, their locks, and file digests."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
+import os
+import secrets
 from importlib import resources
 from pathlib import Path
 
@@ -43,6 +46,22 @@ def file_lock(path: Path, error=None):
         except OSError:   # ENOLCK, EOPNOTSUPP
             pass
         yield
+
+
+def new_temporary(folder, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
+    """(fd, path) of a new file in folder named prefix + 16 random hex digits + suffix, open for writing: a
+    name of its own (threads and processes writing beside one another never share one), made as mkstemp
+    makes its files but with mode 0666, which the kernel reduces by the umask — the mode any other new file
+    gets. (mkstemp's 0600 would hide a shared file from other users, and the umask can only be read by setting
+    it, for the whole process: a thread doing the same then reads the value set for a moment, and keeps it.)
+    OSError if it cannot be made."""
+    for _ in range(100):
+        path = os.path.join(os.fsdecode(folder), f"{prefix}{secrets.token_hex(8)}{suffix}")
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", os.fsdecode(folder))
 
 
 def sha256_of(path) -> str:

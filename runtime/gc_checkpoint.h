@@ -148,16 +148,31 @@ static void gc_saving_name(const char* tmp) {
 }
 
 // A new temporary file beside `dest` (`dest.tmp.XXXXXX`, a name of its own: saves of two threads or
-// processes to one path must not write into each other's), open for writing (*fd), its name in tmp; mode
-// 0666 less the umask, as fopen would make it.
+// processes to one path must not write into each other's), open for writing (*fd), its name in tmp. Made
+// as mkstemp makes its files (O_EXCL, another name on a clash) but with mode 0666, which the kernel reduces
+// by the umask, as fopen would: mkstemp's 0600 would need the umask read back by setting it, and a umask set
+// for a moment is the process's, which a save on another thread could then read as its own and restore.
 static int gc_temporary(const char* path, const char* dest, char* tmp, size_t n, int* fd) {
-    if (snprintf(tmp, n, "%s.tmp.XXXXXX", dest) >= (int)n) return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", dest);
-    *fd = mkstemp(tmp);
-    if (*fd < 0) return gc_fail(GC_ERR_IO, "%s: a checkpoint cannot be written there: %s", path, strerror(errno));
-    mode_t mask = umask(0);
-    umask(mask);
-    fchmod(*fd, 0666 & ~mask);
-    return GC_OK;
+    static const char letters[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static uint64_t calls;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t x = ((uint64_t)getpid() << 32) ^ (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 20);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        uint64_t z = x + 0x9E3779B97F4A7C15ull * (__atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) + 1);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;   // splitmix64's finalizer: the suffix's letters
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        char suffix[7];
+        for (int i = 0; i < 6; i++, z /= 62) suffix[i] = letters[z % 62];
+        suffix[6] = 0;
+        if (snprintf(tmp, n, "%s.tmp.%s", dest, suffix) >= (int)n)
+            return gc_fail(GC_ERR_ARG, "checkpoint path too long: %s", dest);
+        *fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (*fd >= 0) return GC_OK;
+        if (errno != EEXIST) break;
+    }
+    return gc_fail(GC_ERR_IO, "%s: a checkpoint cannot be written there: %s", path, strerror(errno));
 }
 
 // Whether a checkpoint can be written at `path` (the trainer's --save, before any training): its target is

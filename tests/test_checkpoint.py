@@ -1,7 +1,9 @@
 """Checkpoints: the format read and written from Python and from C, optimizer state included, every way a
 file can be wrong (each with its message, from both readers), and atomic writes."""
 import os
+import stat
 import struct
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 
 import gcompile as gc
 from gcompile import checkpoint as ck
+from gcompile import data as gcdata
 from reliability import artifact, model  # noqa: F401 - pytest fixtures
 from reliability import BAD_CHECKPOINTS, BATCH, CLASSES, FEATURES, as_version_2, resealed, small_program
 
@@ -198,3 +201,31 @@ def test_a_failed_save_leaves_the_existing_file_and_no_temporary(model, tmp_path
         gc.write_checkpoint(target, ck.Checkpoint({"z": np.zeros(2, complex)}, 0))
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.ckpt", "sub"]
+
+
+def test_files_take_the_umask_and_saves_leave_it_alone(artifact, tmp_path):
+    """Checkpoints written by C and by Python, and the data command's files, are made 0666 less the umask, as
+    any new file is; saves on several threads at once leave the process's umask as it was (the C runtime read
+    it by setting it for a moment: a save could then restore another's 000, one run in three)."""
+    old = os.umask(0o027)
+    try:
+        models = [gc.load(artifact) for _ in range(4)]
+        try:
+            def saves(i):
+                for j in range(25):
+                    models[i].save(tmp_path / f"c{i}-{j}.ckpt")
+            threads = [threading.Thread(target=saves, args=(i,)) for i in range(len(models))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            for m in models:
+                m.close()
+        assert os.umask(0o027) == 0o027
+        gc.write_checkpoint(tmp_path / "python.ckpt", gc.read_checkpoint(tmp_path / "c0-0.ckpt"))
+        gcdata.write_atomically(tmp_path / "data.bin", lambda f: f.write(b"data"))
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in tmp_path.iterdir()}
+    assert len(modes) == 102 and set(modes.values()) == {"0o640"}, modes
