@@ -84,13 +84,10 @@ static int gc_library_input(gc_model* m) {
 // the updates), with the numpy executor's message.
 static int gc_check_labels(const gc_tensor_info* t, const void* data, const char* fn, int i) {
     if (t->classes <= 0) return GC_OK;
-    const size_t n = t->nbytes / gc_dtype_sizes[t->dtype];
-    for (size_t j = 0; j < n; j++) {
-        const int64_t v = t->dtype == GC_U8 ? ((const uint8_t*)data)[j] : ((const int32_t*)data)[j];
-        if (v < 0 || v >= t->classes)
-            return gc_fail(GC_ERR_ARG, "%s: input %d (%s): label %lld at index %zu is outside [0, %lld)", fn, i,
-                           t->name, (long long)v, j, (long long)t->classes);
-    }
+    int64_t v, at = gc_bad_label(t->dtype, data, (int64_t)(t->nbytes / gc_dtype_sizes[t->dtype]), t->classes, &v);
+    if (at >= 0)
+        return gc_fail(GC_ERR_ARG, "%s: input %d (%s): label %lld at index %lld is outside [0, %lld)", fn, i, t->name,
+                       (long long)v, (long long)at, (long long)t->classes);
     return GC_OK;
 }
 

@@ -17,6 +17,22 @@ typedef struct {
 
 static void gc_array_free(gc_array* a) { free(a->data); a->data = NULL; }
 
+// Label i of an array of dtype GC_U8, GC_I32 or GC_I64.
+static int64_t gc_label_value(int dtype, const void* data, int64_t i) {
+    return dtype == GC_U8 ? ((const uint8_t*)data)[i] : dtype == GC_I32 ? ((const int32_t*)data)[i]
+                                                                       : ((const int64_t*)data)[i];
+}
+
+// The index of the first of n labels outside [0, classes), its value in *value; -1 when all are inside. The
+// trainer's splits (gc_load_split) and the ABI's label inputs (gc_copy_inputs) are checked by it.
+static int64_t gc_bad_label(int dtype, const void* data, int64_t n, int64_t classes, int64_t* value) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = gc_label_value(dtype, data, i);
+        if (v < 0 || v >= classes) { *value = v; return i; }
+    }
+    return -1;
+}
+
 static int gc_read_file(const char* path, unsigned char** out, size_t* size) {
     *out = NULL;
     *size = 0;

@@ -56,7 +56,7 @@ static void gc_usage(FILE* f, const char* argv0) {
         "DIR holds train_images.npy, train_labels.npy, valid_*.npy, test_*.npy (as written by `gcompile data`);\n"
         "the train and test splits may be IDX files instead (train-images-idx3-ubyte, train-labels-idx1-ubyte,\n"
         "t10k-*), the valid split, which training validates on, may not. uint8 images are scaled\n"
-        "by --scale (default 1/256). Initial parameters come from --load, else from %s next to the binary.\n"
+        "by --scale (default 1/256). The variables' initial values come from %s next to the binary.\n"
         "--target-acc X stops after the first epoch whose validation accuracy is >= X and prints the time the\n"
         "training loop took and the time since the program started. --no-graph runs every kernel with a plain\n"
         "launch instead of replaying captured CUDA graphs (the same results; for comparison).\n"
@@ -65,7 +65,8 @@ static void gc_usage(FILE* f, const char* argv0) {
         "every N steps (Ne: every N epochs) too, atomically. --resume FILE continues a run exactly where FILE\n"
         "was saved (same data order and batch; checkpoints go on to FILE unless --save says otherwise); --load\n"
         "FILE starts a new run from its model (what evaluation reads: parameters, batch-norm statistics), the\n"
-        "optimizer state, step counter and learning rate as compiled (any batch size). A non-finite\n"
+        "optimizer state, step counter and learning rate as compiled (any batch size); eval --load FILE reads\n"
+        "FILE alone. A non-finite\n"
         "loss stops training with exit status 3, keeping the last checkpoint; --on-nonfinite skip skips\n"
         "such steps instead. `check` validates checkpoints (of this program) or a dataset split in a DIR.\n",
         argv0, argv0, argv0, GC_PROGRAM_NAME, GC_SOURCE_NAME, GC_BATCH, GC_INIT_FILE_NAME);
@@ -206,19 +207,14 @@ static int gc_load_split(const char* dir, const char* split, gc_split* s) {
             if (!isfinite(((const float*)im->data)[i]))
                 return gc_fail(GC_ERR_FORMAT, "%s: image %lld holds the non-finite value %g at position %lld", ipath,
                                (long long)(i / GC_ROW), ((const float*)im->data)[i], (long long)(i % GC_ROW));
-    // labels -> int32, each checked against the number of classes
+    // labels checked against the number of classes, then as int32
+    int64_t v, at = gc_bad_label(lb->dtype, lb->data, s->count, GC_CLASSES, &v);
+    if (at >= 0)
+        return gc_fail(GC_ERR_FORMAT, "%s: label %lld at index %lld is outside [0, %d)", lpath, (long long)v,
+                       (long long)at, GC_CLASSES);
     int32_t* l32 = (int32_t*)malloc(sizeof(int32_t) * (size_t)s->count);
     if (!l32) return gc_fail(GC_ERR_MEMORY, "out of host memory");
-    for (int64_t i = 0; i < s->count; i++) {
-        int64_t v = lb->dtype == GC_U8 ? ((uint8_t*)lb->data)[i] : lb->dtype == GC_I32 ? ((int32_t*)lb->data)[i]
-                                                                                       : ((int64_t*)lb->data)[i];
-        if (v < 0 || v >= GC_CLASSES) {
-            free(l32);
-            return gc_fail(GC_ERR_FORMAT, "%s: label %lld at index %lld is outside [0, %d)", lpath, (long long)v,
-                           (long long)i, GC_CLASSES);
-        }
-        l32[i] = (int32_t)v;
-    }
+    for (int64_t i = 0; i < s->count; i++) l32[i] = (int32_t)gc_label_value(lb->dtype, lb->data, i);
     free(lb->data);
     lb->data = l32;
     lb->dtype = GC_I32;
@@ -500,16 +496,28 @@ static int gc_watch_start(gc_model* m, gc_watch* w, int64_t steps) {
 // gcompile wrote next to the binary, and with --load FILE that file's model (gc_tensor_info.model: what the
 // evaluation reads, and every trained variable) over them — a new run, whose optimizer state, step counter (which
 // a learning-rate schedule and Adam's bias correction count from) and learning rate start as compiled. Then
-// the guard's mode and --lr. The run's position counts in this program's batch.
+// the guard's mode and --lr. The run's position counts in this program's batch. eval --load FILE reads FILE
+// alone (the evaluation reads nothing else): a binary shipped with a checkpoint and without its initial
+// values still evaluates it.
 static int gc_start_state(gc_model* m, const char* argv0, const gc_options* o) {
     char init_path[4096];
     snprintf(init_path, sizeof init_path, "%s", argv0);
     char* slash = strrchr(init_path, '/');
     snprintf(slash ? slash + 1 : init_path, sizeof init_path - (slash ? slash + 1 - init_path : 0), "%s",
              GC_INIT_FILE_NAME);
+    const int is_train = !strcmp(o->command, "train");
     const char* from = o->resume ? o->resume : o->load ? o->load : init_path;
-    GC_TRY(gc_load(m, o->resume ? o->resume : init_path));
-    if (o->load) GC_TRY(gc_load_model(m, o->load));
+    if (o->load && !is_train) {
+        GC_TRY(gc_load(m, o->load));
+    } else {
+        if (!o->resume && access(init_path, F_OK) != 0)
+            return gc_fail(GC_ERR_IO, "%s: not found: the initial values of %s's variables, which gcompile writes next "
+                           "to the binary%s", init_path, GC_PROGRAM_NAME,
+                           o->load ? " (train --load takes the checkpoint's model over them; the optimizer state, "
+                                     "step counter and learning rate start from them)" : "");
+        GC_TRY(gc_load(m, o->resume ? o->resume : init_path));
+        if (o->load) GC_TRY(gc_load_model(m, o->load));
+    }
     if (o->resume) {
         if (m->state.batch && m->state.batch != (uint64_t)GC_BATCH)
             return gc_fail(GC_ERR_ARG, "%s: saved by a build of batch %llu, this one's batch is %d: a run resumes with "
@@ -531,8 +539,9 @@ static int gc_start_state(gc_model* m, const char* argv0, const gc_options* o) {
         gc_guard g;
         GC_TRY(gc_guard_read(m, &g));
         if (g.halted_at >= 0) {   // saved from Python after a non-finite loss: this run goes on from its parameters
-            fprintf(stderr, "note: %s was saved after a non-finite loss stopped its updates at step %d; training goes "
-                    "on from its parameters\n", from, g.halted_at);
+            if (is_train)
+                fprintf(stderr, "note: %s was saved after a non-finite loss stopped its updates at step %d; training "
+                        "goes on from its parameters\n", from, g.halted_at);
             int32_t running = -1;
             GC_TRY(gc_set_variable(m, "guard.halted_at", &running, sizeof running));
         }

@@ -3,6 +3,7 @@ uninterrupted run (the kill test), resuming at epoch boundaries and mid-epoch, a
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -174,6 +175,27 @@ def test_load_starts_a_new_run_from_the_files_model(small, tmp_path):
         want = value if name in ("W1", "b1", "W2", "b2") else init.tensors[name]
         assert b.tensors[name].tobytes() == want.tobytes(), name
     assert np.abs(a.tensors["W1.velocity"]).max() > 0
+
+
+def test_a_binary_shipped_without_its_initial_values(small, tmp_path):
+    """eval --load FILE reads FILE alone: the binary copied away from its init file evaluates a checkpoint as
+    it does beside it. Training needs the initial values (train --load takes only the model from FILE); it
+    says which file is missing."""
+    artifact, data = small
+    trained = tmp_path / "trained.ckpt"
+    run_binary(artifact, "train", "--data", data, "--epochs", 1, "--save", trained, check=0)
+    want = run_binary(artifact, "eval", "--data", data, "--load", trained, check=0).stdout
+    alone = tmp_path / "alone" / os.path.basename(artifact.binary)
+    alone.parent.mkdir()
+    shutil.copy2(artifact.binary, alone)
+    run = lambda *args: subprocess.run([alone, *map(str, args)], capture_output=True, text=True, timeout=120)
+    got = run("eval", "--data", data, "--load", trained)
+    assert (got.returncode, got.stdout) == (0, want), got.stderr
+    for args in (["--load", trained], []):
+        got = run("train", "--data", data, "--epochs", 1, *args)
+        init = alone.parent / os.path.basename(artifact.init)
+        assert got.returncode != 0 and f"{init}: not found: the initial values" in got.stderr, got.stderr
+        assert ("train --load takes the checkpoint's model" in got.stderr) == bool(args)
 
 
 def test_load_takes_trained_parameters_the_outputs_do_not_read(tmp_path):
