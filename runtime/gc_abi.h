@@ -269,7 +269,8 @@ GC_EXPORT int gc_load(gc_model* m, const char* path) {
     return gc_refresh_mirrors(m->arena, -1);   // the variables' mirrors follow
 }
 
-// The trainer's --load: a checkpoint's model (gc_tensor_info.model), the rest as it is.
+// The trainer's --load: a checkpoint's model (gc_tensor_info.model), the rest as it is; the file may come from
+// a build with other optimizer state.
 static int gc_load_model(gc_model* m, const char* path) {
     GC_TRY(gc_checkpoint_load(path, gc_variables, GC_N_VARIABLES, GC_LAYOUT_HASH, NULL, m->arena, 1));
     return gc_refresh_mirrors(m->arena, -1);

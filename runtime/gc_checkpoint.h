@@ -279,9 +279,11 @@ static int gc_take(gc_reader* r, void* dst, size_t n, const char* what) {
     return GC_OK;
 }
 
-// Check a checkpoint against the program's variable table; with `arena` load its variables (with
-// model_only, only those the evaluation reads: table[i].model), with `st` its position. Nothing is written
-// into the model unless every check passed.
+// Check a checkpoint against the program's variable table; with `arena` load its variables, with `st` its
+// position. With model_only (the trainer's --load) only the model is checked and loaded (table[i].model:
+// what the evaluation reads, and every trained variable), matched by name, dtype and shape: the file may
+// come from a build with other optimizer state (another optimizer, another layout hash), whose tensors
+// are passed over. Nothing is written into the model unless every check passed.
 static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int n, uint64_t layout_hash,
                               gc_train_state* st, unsigned char* arena, int model_only) {
     unsigned char* file;
@@ -315,7 +317,7 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
         (rc = gc_take(&r, &count, 4, "tensor count")) ||
         (rc = gc_take(&r, head, sizeof(uint64_t) * (version == 2 ? 6 : 7), "header")) ||
         (rc = gc_take(&r, &loss_sum, 8, "header"))) goto done;
-    if (head[0] != layout_hash) {
+    if (head[0] != layout_hash && !model_only) {
         rc = gc_fail(GC_ERR_FORMAT, "%s: written by a different program (parameter layout hash %016llx, this "
                      "program's is %016llx)", path, (unsigned long long)head[0], (unsigned long long)layout_hash);
         goto done;
@@ -333,6 +335,14 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
         int i = 0;
         while (i < n && (strlen(table[i].name) != len || memcmp(table[i].name, name, len) != 0)) i++;
         gc_printable(name, name, len);   // from here on, the name only appears in messages
+        if (model_only && (i == n || !table[i].model)) {   // not the model's: passed over
+            if (nbytes > r.n - r.at) {
+                rc = gc_fail(GC_ERR_FORMAT, "%s: tensor '%s' truncated at byte %zu", path, name, r.at);
+                goto done;
+            }
+            r.at += nbytes;
+            continue;
+        }
         if (i == n) {
             rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: tensor '%s' is not a variable of this program", path, at, name);
             goto done;
@@ -357,9 +367,12 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
         goto done;
     }
     for (int i = 0; i < n; i++)
-        if (!src[i]) { rc = gc_fail(GC_ERR_FORMAT, "%s: variable '%s' is missing", path, table[i].name); goto done; }
+        if (!src[i] && (!model_only || table[i].model)) {
+            rc = gc_fail(GC_ERR_FORMAT, "%s: variable '%s' is missing", path, table[i].name);
+            goto done;
+        }
     for (int i = 0; arena && i < n; i++)
-        if ((!model_only || table[i].model) && (rc = gc_copy_to_device(arena + table[i].offset, src[i], table[i].nbytes)))
+        if (src[i] && (rc = gc_copy_to_device(arena + table[i].offset, src[i], table[i].nbytes)))
             goto done;
     if (st) {
         st->step = head[1]; st->epoch = head[2]; st->epoch_step = head[3]; st->seed = head[4]; st->shuffle = head[5];

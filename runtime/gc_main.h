@@ -65,10 +65,10 @@ static void gc_usage(FILE* f, const char* argv0) {
         "every N steps (Ne: every N epochs) too, atomically. --resume FILE continues a run exactly where FILE\n"
         "was saved (same data order and batch; checkpoints go on to FILE unless --save says otherwise); --load\n"
         "FILE starts a new run from its model (what evaluation reads: parameters, batch-norm statistics), the\n"
-        "optimizer state, step counter and learning rate as compiled (any batch size); eval --load FILE reads\n"
-        "FILE alone. A non-finite\n"
-        "loss stops training with exit status 3, keeping the last checkpoint; --on-nonfinite skip skips\n"
-        "such steps instead. `check` validates checkpoints (of this program) or a dataset split in a DIR.\n",
+        "optimizer state, step counter and learning rate as compiled (FILE from any batch size or optimizer);\n"
+        "eval --load FILE reads FILE alone. A non-finite loss stops training with exit status 3, keeping the\n"
+        "last checkpoint; --on-nonfinite skip skips such steps instead. `check` validates checkpoints (of this\n"
+        "program) or a dataset split in a DIR.\n",
         argv0, argv0, argv0, GC_PROGRAM_NAME, GC_SOURCE_NAME, GC_BATCH, GC_INIT_FILE_NAME);
 }
 
@@ -496,9 +496,10 @@ static int gc_watch_start(gc_model* m, gc_watch* w, int64_t steps) {
 // gcompile wrote next to the binary, and with --load FILE that file's model (gc_tensor_info.model: what the
 // evaluation reads, and every trained variable) over them — a new run, whose optimizer state, step counter (which
 // a learning-rate schedule and Adam's bias correction count from) and learning rate start as compiled. Then
-// the guard's mode and --lr. The run's position counts in this program's batch. eval --load FILE reads FILE
-// alone (the evaluation reads nothing else): a binary shipped with a checkpoint and without its initial
-// values still evaluates it.
+// the guard's mode and --lr. The run's position counts in this program's batch. The model comes from a build
+// of any batch size or optimizer whose model is this one's (gc_checkpoint_load's model_only). eval --load
+// FILE reads FILE's model alone (the evaluation reads nothing else): a binary shipped with a checkpoint and
+// without its initial values still evaluates it.
 static int gc_start_state(gc_model* m, const char* argv0, const gc_options* o) {
     char init_path[4096];
     snprintf(init_path, sizeof init_path, "%s", argv0);
@@ -508,7 +509,7 @@ static int gc_start_state(gc_model* m, const char* argv0, const gc_options* o) {
     const int is_train = !strcmp(o->command, "train");
     const char* from = o->resume ? o->resume : o->load ? o->load : init_path;
     if (o->load && !is_train) {
-        GC_TRY(gc_load(m, o->load));
+        GC_TRY(gc_load_model(m, o->load));
     } else {
         if (!o->resume && access(init_path, F_OK) != 0)
             return gc_fail(GC_ERR_IO, "%s: not found: the initial values of %s's variables, which gcompile writes next "

@@ -198,6 +198,34 @@ def test_a_binary_shipped_without_its_initial_values(small, tmp_path):
         assert ("train --load takes the checkpoint's model" in got.stderr) == bool(args)
 
 
+def test_load_takes_the_model_from_a_build_with_other_optimizer_state(small, tmp_path):
+    """--load matches the model by name, dtype and shape, not by the whole layout: a checkpoint of the model
+    trained with momentum starts (and is evaluated by) a plain SGD build, its velocities passed over.
+    --resume still needs this program's layout; a file whose model lacks a variable, or holds one of
+    another shape, is refused naming it."""
+    artifact, data = small   # momentum 0.9
+    trained, loaded = tmp_path / "momentum.ckpt", tmp_path / "plain.ckpt"
+    run_binary(artifact, "train", "--data", data, "--epochs", 1, "--save", trained, check=0)
+    plain = gc.compile(small_program(momentum=0.0), target="cpu", out_dir=tmp_path / "plain")
+    run_binary(plain, "train", "--data", data, "--epochs", 0, "--load", trained, "--save", loaded, check=0)
+    a, b = gc.read_checkpoint(trained), gc.read_checkpoint(loaded)
+    assert "W1.velocity" in a.tensors and "W1.velocity" not in b.tensors
+    for name in ("W1", "b1", "W2"):
+        assert b.tensors[name].tobytes() == a.tensors[name].tobytes(), name
+    evaluate = lambda art, ckpt: run_binary(art, "eval", "--data", data, "--load", ckpt, check=0).stdout
+    assert evaluate(plain, trained) == evaluate(artifact, trained)
+    assert "written by a different program" in run_binary(plain, "train", "--data", data, "--epochs", 2,
+                                                           "--resume", trained, check=1).stderr
+    for edit, message in ((lambda t: t.pop("W2"), "variable 'W2' is missing"),
+                          (lambda t: t.update(b1=np.zeros(4, np.float32)), "tensor 'b1' has another shape")):
+        bad = gc.read_checkpoint(trained)
+        edit(bad.tensors)
+        gc.write_checkpoint(tmp_path / "bad.ckpt", bad)
+        for command in (["train", "--epochs", 1], ["eval"]):
+            proc = run_binary(plain, *command, "--data", data, "--load", tmp_path / "bad.ckpt", check=1)
+            assert message in proc.stderr, proc.stderr
+
+
 def test_load_takes_trained_parameters_the_outputs_do_not_read(tmp_path):
     """A head only the loss uses (A) is part of the model --load takes, with the parameters the logits read."""
     x, y = gc.placeholder("x", (4, 6)), gc.placeholder("y", (4,), dtype="int32")
