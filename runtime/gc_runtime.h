@@ -611,6 +611,12 @@ static gc_perm gc_perm_make(uint64_t seed, uint64_t epoch, uint32_t n) {
 }
 #endif   // GC_HOST
 
+// Integer division as the numpy executor's `div` defines it: truncated toward zero (C's), x / 0 = 0 (numpy's
+// floor_divide gives 0; C's traps on the cpu) and INT32_MIN / -1 = INT32_MIN (wrapped; C's traps).
+GC_HD static inline int32_t gc_idiv(int32_t a, int32_t b) {
+    return b == 0 ? 0 : b == -1 ? (int32_t)(0u - (uint32_t)a) : a / b;
+}
+
 GC_HD static inline uint32_t gc_hash32(uint32_t x) {   // lowbias32
     x ^= x >> 16; x *= 0x7FEB352Du;
     x ^= x >> 15; x *= 0x846CA68Bu;

@@ -63,6 +63,12 @@ def op_cases():
         ("ones_like", lambda x: gc.ones_like(x) + x, [a]),
         ("zeros_like", lambda x: gc.zeros_like(x) - x, [a]),
         ("cast", lambda x: gc.cast(gc.cast(x * 10.0, "int32"), "float32"), [a]),
+        # integers: x / 0 is 0 and INT32_MIN / -1 wraps (C's division traps on both); means sum exactly
+        ("int_div", lambda x, y: x / y, [np.array([[7, -7, 6, -2**31, 5, -9, 0]]),
+                                         np.array([[2, 2, 0, -1, -1, 4, 0]])]),
+        ("int_mean", lambda x: gc.reduce_mean(x, 1), [np.array([[2 * 10**9] * 3, [1, 2, 4], [-1, -2, -4]])]),
+        ("uint8_mean", lambda x: gc.cast(gc.reduce_mean(gc.cast(x, "uint8"), 1), "int32"),
+         [np.array([[200, 200, 200, 200], [10, 20, 30, 41]])]),
     ]
 
 

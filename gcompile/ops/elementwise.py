@@ -52,8 +52,9 @@ class Div(Elementwise):
     name, arity, c_expr = "div", 2, "({0} / {1})"
     def compute(self, node, a, b):
         if node.dtype not in G.FLOAT_DTYPES:  # C's `/` on integers truncates toward zero; numpy's // floors
-            q = np.floor_divide(a, b)
-            return q + ((q < 0) & (q * b != a))
+            with np.errstate(divide="ignore", over="ignore"):   # x / 0 is 0, INT32_MIN / -1 wraps: defined
+                q = np.floor_divide(a, b)
+                return q + ((q < 0) & (q * b != a))
         return a / b
     def grad(self, node, g):
         a, b = node.inputs

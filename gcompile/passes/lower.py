@@ -781,6 +781,8 @@ class GroupCode:
             return operands[0]
         if m.op == "cast":
             return f"({ctype})({operands[0]})"
+        if m.op == "div" and m.dtype not in ("float32", "float64"):
+            return f"({ctype})gc_idiv({operands[0]}, {operands[1]})"   # x / 0 is 0, as in the numpy executor
         if m.op in ("zeros_like", "ones_like"):
             return f"({ctype}){int(m.op == 'ones_like')}"
         if m.op == "one_hot":
@@ -818,7 +820,8 @@ class GroupCode:
             return f"const auto {self.var[red]} = {acc};"
         if red.dtype in ("float32", "float64"):
             return f"const auto {self.var[red]} = {acc} * {c_literal(1.0 / count, red.dtype)};"
-        return f"const auto {self.var[red]} = {acc} / {count};"
+        # an integer mean truncates toward zero, as numpy's float64 mean cast to the integer type does
+        return f"const auto {self.var[red]} = ({C_TYPES[red.dtype]})({acc} / {count});"
 
     def accumulate(self, red: Node, acc: str, value: str) -> str:
         if red.op == "reduce_max":
@@ -830,6 +833,8 @@ class GroupCode:
         if red.op == "reduce_max":
             init = {"float32": "-INFINITY", "float64": "-INFINITY", "int32": "INT32_MIN"}.get(red.dtype, "0")
         ctype = C_TYPES[red.dtype]
+        if red.op == "reduce_mean" and red.dtype not in ("float32", "float64"):
+            ctype = "int64_t"   # numpy's integer mean sums in float64, exact here: not wrapped in the value's type
         return {"name": acc, "ctype": ctype, "init": init, "max": "true" if red.op == "reduce_max" else "false",
                 # the cpu target sums floats in double (see runtime/gc_kernels_cpu.h); cuda in the value's type.
                 # A maximum is exact in any type: it stays in the value's type.
