@@ -18,7 +18,7 @@ from .graph import format_graph
 from .passes.emit import emit
 from .passes.fuse import describe_groups, fuse
 from .passes.lower import Kernel, lower
-from .passes.plan_memory import MemoryPlan, check_plan, plan_memory
+from .passes.plan_memory import MemoryPlan, check_plan, in_a_buffer, plan_memory
 from .passes.chain import find_chains
 from .passes.schedule import schedule
 from .passes.simplify import simplify
@@ -59,8 +59,10 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     # one call for both graphs, so the nodes they share stay one node
     simplified = simplify(module.train + list(module.outputs.values()))
     module.train, evaluated = simplified[:len(module.train)], simplified[len(module.train):]
+    if module.train:   # a constant loss or output (folded into a literal) still has a buffer to read back
+        module.train[0] = in_a_buffer(module.train[0])
     module.loss = module.train[0] if module.train else None
-    module.outputs = dict(zip(module.outputs, evaluated))
+    module.outputs = dict(zip(module.outputs, map(in_a_buffer, evaluated)))
     module.refresh()
     stages["simplify"] = graphs_text(module.graphs)
 

@@ -281,3 +281,39 @@ def test_image_input_read_in_place_only_where_every_reader_is_a_gemms_a_operand(
         assert not any(b.rows for b in src.plan.buffers)
         assert "x: gathered into its buffer each step" in src.stages["plan_memory"]
         assert "#define GC_X_ROWS 0" in src.source and "gc_batch_input()," not in src.source
+
+
+def test_outputs_and_a_loss_that_fold_into_literals_are_read_back(tmp_path):
+    """A constant output or loss (simplify folds it into a literal, which the code writes where it is read
+    and no buffer holds) is kept in a one-element constant: compile failed with 'has no buffer'."""
+    x = gc.placeholder("x", (4, 3))
+    W = gc.variable("W", (3, 2), init=gc.init.uniform(-1, 1, seed=1))
+    program = gc.Program(gc.reduce_mean(x @ W), [W], gc.SGD(0.1), outputs={
+        "y": x @ W, "scale": gc.constant(2.0) * 3.0, "count": gc.constant(7, dtype="int32")}, name="folded")
+    with gc.load(gc.compile(program, target="cpu", out_dir=tmp_path / "outputs")) as m:
+        got = m.forward(np.ones((4, 3), np.float32))
+        assert (got["scale"].shape, float(got["scale"]), int(got["count"])) == ((), 6.0, 7)
+    constant_loss = gc.Program(gc.constant(1.5) * 2.0, [], name="constant_loss")
+    with gc.load(gc.compile(constant_loss, target="cpu", out_dir=tmp_path / "loss")) as m:
+        assert m.train_step() == 3.0
+    assert float(gc.Executor([gc.constant(2.0) * 3.0], "cpu").run({})[0]) == 6.0
+
+@pytest.mark.parametrize("view", ["x", "x * 1.0", "reshape"])
+def test_an_output_that_is_the_image_input_keeps_its_values(view, tmp_path):
+    """An output that is x (or simplifies to it) is read back from x's buffer: x keeps its values there. Read
+    through batch rows, its buffer held none and forward() returned zeros."""
+    x, y = gc.placeholder("x", (8, 12)), gc.placeholder("y", (8,), dtype="int32")
+    W = gc.variable("W", (12, 3), init=gc.init.uniform(-1, 1, seed=1))
+    logits = x @ W
+    out = {"x": x, "x * 1.0": x * 1.0, "reshape": gc.reshape(x, (8, 12))}[view]
+    program = gc.Program(gc.softmax_cross_entropy(logits, y), [W], gc.SGD(0.1),
+                         outputs={"logits": logits, "x_out": out}, name="xout")
+    artifact = gc.compile(program, target="cpu", out_dir=tmp_path)
+    images = np.random.RandomState(0).rand(8, 12).astype(np.float32)
+    with gc.load(artifact) as m:
+        got = m.forward(images)
+        assert np.array_equal(got["x_out"], images)
+        np.testing.assert_allclose(got["logits"], images @ m.params["W"], rtol=1e-5, atol=1e-6)
+    from gcompile.pipeline import compile_program
+    assert "x: gathered into its buffer each step (an output is its values)" in \
+        compile_program(program, target="cpu").stages["plan_memory"]

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GCompileError, PlanError
+from .. import graph as G
 from ..graph import Node
 from .fuse import written_member
 
@@ -65,6 +66,14 @@ def storage_root(node: Node) -> Node:
 
 def is_literal(node: Node) -> bool:
     return node.op == "constant" and node.shape == ()
+
+
+def in_a_buffer(node: Node) -> Node:
+    """node; or, where it is a literal (written into the code where read, so in no buffer), a view of a
+    one-element constant holding its value: an output or the loss is read back from its buffer."""
+    if not is_literal(node):
+        return node
+    return G.reshape(G.constant(np.reshape(node.attrs["value"], (1,)), dtype=node.dtype), ())
 
 
 @dataclass(frozen=True)
@@ -176,13 +185,16 @@ def rows_bytes(x: Node) -> int:
     return 2 * (x.shape[0] * x.shape[1] * 4 if gathered_rows(x) else 4 * x.shape[0])
 
 
-def batch_rows(x: Node | None, schedules: dict[str, list[Node]]) -> tuple[bool, str]:
-    """Whether the trainer's image input x can be read through batch rows (no buffer of its values): every
-    step of every schedule that reads it is a 2-D float GEMM reading it as A, and only there (not as B, not
-    in the GEMM's epilogue), and its rows are a multiple of 4 elements. A stored row of A is then a batch row
-    whether or not A is transposed. Returns the answer and a line for `gcompile inspect`."""
+def batch_rows(x: Node | None, schedules: dict[str, list[Node]], persistent: list[Node] = ()) -> tuple[bool, str]:
+    """Whether the trainer's image input x can be read through batch rows (no buffer of its values): no
+    output is x's values (`persistent`: the outputs and the loss; an output read back from x's buffer needs
+    them there), every step of every schedule that reads it is a 2-D float GEMM reading it as A, and only
+    there (not as B, not in the GEMM's epilogue), and its rows are a multiple of 4 elements. A stored row of
+    A is then a batch row whether or not A is transposed. Returns the answer and a line for `gcompile inspect`."""
     if x is None:
         return False, ""
+    if any(storage_root(n) is x for n in persistent):
+        return False, f"{x.name}: gathered into its buffer each step (an output is its values)"
     for name, order in schedules.items():
         for node in order:
             if x in node.inputs and not reads_rows_only(node, x):
@@ -226,7 +238,7 @@ def plan_memory(schedules: dict[str, list[Node]], persistent: list[Node], rows_o
     """`rows_of`: the trainer's image input, to be read through batch rows where batch_rows allows. `chains`:
     each schedule's chains (chain.py), whose stages run as one kernel: what they touch lives over all of it."""
     chains = chains or {}
-    rows, note = batch_rows(rows_of, schedules)
+    rows, note = batch_rows(rows_of, schedules, persistent)
     kept = persistent_nodes(schedules, persistent)
     buffers, base = [], 0
     for node in kept:
