@@ -31,8 +31,9 @@ def gradients(y: Node, xs: Sequence[Node], grad_y: Node | None = None) -> list[N
         raise GCompileError(f"gradients: cannot differentiate {y.describe()}: not a float value")
     if grad_y is None:
         grad_y = G.ones_like(y)
-    elif grad_y.shape != y.shape:
-        raise GCompileError(f"gradients: grad_y {grad_y.describe()} must have y's shape {y.shape}")
+    elif grad_y.shape != y.shape or grad_y.dtype != y.dtype:
+        raise GCompileError(f"gradients: grad_y {grad_y.describe()} must have y's shape and dtype, {y.shape} "
+                            f"{y.dtype}")
 
     contributions: dict[Node, list[Node]] = {y: [grad_y]}
     for node in reversed(G.topological_order([y])):

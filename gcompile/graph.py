@@ -98,20 +98,30 @@ class Node:
 # ---------------------------------------------------------------------------------------------
 # Leaves
 # ---------------------------------------------------------------------------------------------
-def leaf_shape(op: str, name: str, shape) -> tuple[int, ...]:
-    """A placeholder's or variable's shape as given, checked: a sequence of whole numbers, each at least 1 (a
-    static shape holds values in every dimension; 2.5 is not silently 2, nor -3 left to fail at compile time)."""
+def checked_shape(where: str, shape) -> tuple[int, ...]:
+    """A static shape as given, checked: a sequence of whole numbers, each at least 1 (a static shape holds
+    values in every dimension; 2.5 is not silently 2, nor -3 left to fail at compile time). `where` names
+    the node in the error."""
     try:
         dims = tuple(shape)
     except TypeError:
-        raise ShapeError(f"{op} {name!r}: shape must be a sequence of whole numbers, not {shape!r}") from None
+        raise ShapeError(f"{where}: shape must be a sequence of whole numbers, not {shape!r}") from None
     for d in dims:
-        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
-            raise ShapeError(f"{op} {name!r}: shape {dims!r} has {d!r}, not a whole number")
+        if not is_whole(d):
+            raise ShapeError(f"{where}: shape {dims!r} has {d!r}, not a whole number")
         if d < 1:
-            raise ShapeError(f"{op} {name!r}: shape {dims!r} has a dimension of {d}; every dimension must be at "
-                             "least 1")
+            raise ShapeError(f"{where}: shape {dims!r} has a dimension of {d}; every dimension must be at least 1")
     return tuple(int(d) for d in dims)
+
+
+def is_whole(value) -> bool:
+    """An int or numpy integer, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def leaf_shape(op: str, name: str, shape) -> tuple[int, ...]:
+    """A placeholder's or variable's shape (checked_shape)."""
+    return checked_shape(f"{op} {name!r}", shape)
 
 
 def placeholder(name: str, shape: Sequence[int], dtype="float32") -> Node:
@@ -228,7 +238,7 @@ def reshape(x, shape: Sequence[int]):
 
 
 def broadcast_to(x, shape: Sequence[int]):
-    return Node("broadcast_to", (x,), {"shape": tuple(int(d) for d in shape)})
+    return Node("broadcast_to", (x,), {"shape": checked_shape("broadcast_to", shape)})
 
 
 def _reduce(op, x, axis, keepdims):
@@ -241,14 +251,24 @@ def reduce_max(x, axis=None, keepdims=False): return _reduce("reduce_max", x, ax
 
 
 def softmax(x, axis: int = -1):
-    return Node("softmax", (x,), {"axis": normalize_axes(axis, len(x.shape), "softmax", x)[0]})
+    return Node("softmax", (x,), {"axis": one_axis(axis, "softmax", x)})
 
 
 def log_softmax(x, axis: int = -1):
-    return Node("log_softmax", (x,), {"axis": normalize_axes(axis, len(x.shape), "log_softmax", x)[0]})
+    return Node("log_softmax", (x,), {"axis": one_axis(axis, "log_softmax", x)})
+
+
+def one_axis(axis, op: str, x) -> int:
+    """The one axis an op like softmax normalizes over (a whole number; a tuple of axes is refused)."""
+    x = as_node(x)
+    if not is_whole(axis):
+        raise ShapeError(f"{op}: axis must be one whole number, not {axis!r}, for {x.describe()}")
+    return normalize_axes(axis, len(x.shape), op, x)[0]
 
 
 def one_hot(labels, depth: int, dtype="float32"):
+    if not is_whole(depth) or depth < 1:
+        raise ShapeError(f"one_hot: depth must be a whole number of at least 1, not {depth!r}")
     return Node("one_hot", (labels,), {"depth": int(depth), "dtype": canonical_dtype(dtype)})
 
 
@@ -297,6 +317,8 @@ def conv2d(x, w, b=None, stride: int = 1, padding: int = 0):
     if x.ndim != 4 or w.ndim != 4 or w.shape[1] != x.shape[1]:
         raise ShapeError(f"conv2d: expected x (N, C, H, W) and w (Cout, C, KH, KW) with the same C, got "
                          f"{x.describe()} and {w.describe()}")
+    if x.dtype not in FLOAT_DTYPES or w.dtype != x.dtype:
+        raise ShapeError(f"conv2d: x and w must be float values of one dtype, got {x.describe()} and {w.describe()}")
     n, c, h, wd = x.shape
     cout, _, kh, kw = w.shape
     if (kh, kw, stride, padding) == (1, 1, 1, 0):
@@ -357,7 +379,10 @@ def batch_norm(x, gamma, beta, running_mean, running_var, momentum: float = 0.1,
     Training: batch mean and (biased) variance normalize x; running_mean and running_var (variables) move
     toward them by `momentum` (the variance unbiased, as PyTorch does). Evaluation: the running values.
     Composed of reductions and elementwise ops, so the normalization is one elementwise chain."""
-    c = x.shape[1] if x.ndim >= 2 else 0
+    if x.ndim < 2:
+        raise ShapeError(f"batch_norm: x {x.describe()} must have a batch axis and a channel axis, (N, C) or "
+                         "(N, C, H, W)")
+    c = x.shape[1]
     for v in (gamma, beta, running_mean, running_var):
         if v.shape != (c,) or v.dtype != x.dtype:
             raise ShapeError(f"batch_norm: {v.describe()} must have shape ({c},) and x's dtype, for x "
@@ -413,9 +438,14 @@ def dropout(x, rate: float, seed: int):
 def normalize_axes(axis, ndim: int, op: str, x: Node) -> tuple:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    try:
+        axes = (axis,) if is_whole(axis) else tuple(axis)
+    except TypeError:
+        axes = (axis,)
     out = []
     for a in axes:
+        if not is_whole(a):
+            raise ShapeError(f"{op}: axis {a!r} is not a whole number, for {x.describe()}")
         if not -ndim <= a < ndim:
             raise ShapeError(f"{op}: axis {a} is out of range for {x.describe()} ({ndim} dimensions)")
         out.append(int(a) % ndim if ndim else 0)

@@ -256,10 +256,21 @@ def test_cannot_differentiate_an_integer_output():
         gc.gradients(i * 2, [i])
 
 
-def test_grad_y_must_have_the_output_shape():
+def test_grad_y_must_have_the_output_shape_and_dtype():
     x, gy = gc.placeholder("x", (2, 3)), gc.placeholder("gy", (3,))
-    with pytest.raises(gc.GCompileError, match=r"grad_y gy \(3,\) float32 must have y's shape \(2, 3\)"):
+    with pytest.raises(gc.GCompileError, match=r"grad_y gy \(3,\) float32 must have y's shape and dtype, "
+                                               r"\(2, 3\) float32"):
         gc.gradients(x * 2, [x], grad_y=gy)
+    gy64 = gc.placeholder("gy64", (2, 3), dtype="float64")   # the message named an inner gradient node
+    with pytest.raises(gc.GCompileError, match=r"grad_y gy64 \(2, 3\) float64 must have y's shape and dtype"):
+        gc.gradients(x * 2, [x], grad_y=gy64)
+
+
+def test_the_gradient_of_x_to_the_0_is_0_at_0():
+    x = gc.placeholder("x", (3,), dtype="float64")
+    (g,) = gc.gradients(gc.reduce_sum(gc.pow(x, 0)), [x])   # 0 * x ** -1 gave NaN at x = 0
+    got = gc.NumpyExecutor([g], dtype="float64").run({x: np.array([0.0, 1.0, -2.0])})[0]
+    assert np.array_equal(got, np.zeros(3))
 
 
 def test_gradient_nodes_are_ordinary_graph_nodes():

@@ -115,6 +115,24 @@ CASES = {
     "fractional dimension": (lambda: P("x", (2.5, 3)), ["placeholder 'x'", "(2.5, 3)", "2.5, not a whole number"]),
     "bool dimension": (lambda: P("x", (True, 3)), ["placeholder 'x'", "True, not a whole number"]),
     "shape not a sequence": (lambda: P("x", 5), ["placeholder 'x'", "sequence of whole numbers, not 5"]),
+    # these built nodes of negative or empty shapes, or took one axis of several
+    "broadcast_to a negative size": (lambda: gc.broadcast_to(P("a", (1, 3)), (-2, 3)),
+                                     ["broadcast_to", "(-2, 3)", "dimension of -2", "at least 1"]),
+    "broadcast_to an empty size": (lambda: gc.broadcast_to(P("a", (1, 3)), (0, 3)),
+                                   ["broadcast_to", "(0, 3)", "dimension of 0"]),
+    "one_hot depth 0": (lambda: gc.one_hot(P("y", (2,), dtype="int32"), 0), ["one_hot", "depth", "at least 1", "0"]),
+    "one_hot depth -3": (lambda: gc.one_hot(P("y", (2,), dtype="int32"), -3), ["one_hot", "depth", "-3"]),
+    "softmax over several axes": (lambda: gc.softmax(P("a", (2, 3)), axis=(1, 0)),
+                                  ["softmax", "one whole number", "(1, 0)", "a (2, 3) float32"]),
+    "log_softmax over no axis": (lambda: gc.log_softmax(P("a", (2, 3)), axis=()),
+                                 ["log_softmax", "one whole number", "()", "a (2, 3) float32"]),
+    "softmax axis 1.0": (lambda: gc.softmax(P("a", (2, 3)), axis=1.0), ["softmax", "1.0", "a (2, 3) float32"]),
+    "reduce_sum axis 1.0": (lambda: gc.reduce_sum(P("a", (2, 3)), axis=1.0),
+                            ["reduce_sum", "axis 1.0 is not a whole number", "a (2, 3) float32"]),
+    "conv2d of int32": (lambda: gc.conv2d(P("img", (1, 2, 4, 4), dtype="int32"), P("w", (3, 2, 3, 3), dtype="int32")),
+                        ["conv2d", "float", "img (1, 2, 4, 4) int32", "w (3, 2, 3, 3) int32"]),
+    "batch_norm of a 1-D x": (lambda: gc.batch_norm(P("v", (4,)), *(gc.variable(n, (4,)) for n in "gbmr")),
+                              ["batch_norm", "v (4,) float32", "batch axis and a channel axis"]),
 }
 
 

@@ -179,6 +179,8 @@ class Pow(Elementwise):
     def grad(self, node, g):
         e = node.attrs["exponent"]
         x = node.inputs[0]
+        if e == 0.0:   # x ** 0 is 1 everywhere (0 ** 0 too): 0 * x ** -1 would be NaN at 0
+            return [G.zeros_like(x)]
         return [g * (e * G.pow(x, e - 1.0)) if e != 1.0 else g]
 
 
