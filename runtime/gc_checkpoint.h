@@ -159,10 +159,7 @@ static int gc_temporary(const char* path, const char* dest, char* tmp, size_t n,
     clock_gettime(CLOCK_MONOTONIC, &now);
     uint64_t x = ((uint64_t)getpid() << 32) ^ (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 20);
     for (int attempt = 0; attempt < 100; attempt++) {
-        uint64_t z = x + 0x9E3779B97F4A7C15ull * (__atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) + 1);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;   // splitmix64's finalizer: the suffix's letters
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
+        uint64_t z = gc_mix64(x + 0x9E3779B97F4A7C15ull * (__atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) + 1));
         char suffix[7];
         for (int i = 0; i < 6; i++, z /= 62) suffix[i] = letters[z % 62];
         suffix[6] = 0;
