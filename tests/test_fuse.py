@@ -375,3 +375,17 @@ def test_inspect_after_fuse_shows_groups_and_their_kernels(capsys):
     # one kernel of four segments
     assert groups[-1] == "      writes:  step (assigned)" and "      writes:  b1 (assigned)" in groups
     assert len(groups) == 4 * 4 + 4 * 3 - 2
+
+
+def test_inspect_lists_the_workspaces_lower_adds_after_the_plan(capsys):
+    """The plan's arena line is written before lower adds the kernels' workspaces: inspect lists them after
+    it, with the arena the program allocates (the manifest's arena_bytes)."""
+    from gcompile.cli import main
+    from gcompile.pipeline import compile_program
+    from conftest import EXAMPLES, load_example
+    assert main(["inspect", str(EXAMPLES / "mnist_mlp.py"), "--target", "cpu", "--batch-size", "128",
+                 "--after", "plan_memory"]) == 0
+    out = capsys.readouterr().out
+    arena = compile_program(load_example("mnist_mlp").program(batch_size=128), target="cpu").plan.arena_bytes
+    assert re.search(r"^workspace k\d+_fused_\w+: offset \d+, 1280 bytes \(a reduction's ticket", out, re.M)
+    assert f"arena with the workspaces: {arena} bytes" in out

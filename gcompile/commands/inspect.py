@@ -33,5 +33,7 @@ def run(args) -> int:
     for stage in stages:
         print(f"==== after {stage} ====")
         print(compiled.stages[stage])
+        if stage == "plan_memory":   # the kernels' workspaces, which lower adds to the plan
+            print(compiled.plan.format_workspaces())
         print()
     return 0

@@ -164,6 +164,16 @@ class MemoryPlan:
                      f"{self.arena_bytes / max(self.lower_bound, 1):.3f}x); naive {self.naive_bytes}")
         return "\n".join(lines)
 
+    def format_workspaces(self) -> str:
+        """The workspaces lower added after the plan (format's arena line comes before them), and the arena
+        with them: what the program allocates."""
+        if not self.workspaces:
+            return "no workspaces"
+        lines = [f"workspace {name}: offset {start}, {size} bytes ({self.workspace_notes[name]})"
+                 for name, (start, size) in self.workspaces.items()]
+        return "\n".join(lines + [f"arena with the workspaces: {self.arena_bytes} bytes (lower bound "
+                                   f"{self.lower_bound})"])
+
 
 # Where two batches of x's values take at most GATHERED_MAX bytes, the trainer gathers each step's batch into
 # x's buffer (two halves) beside the step before, and the GEMMs read those rows in place without an index
