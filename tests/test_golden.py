@@ -69,6 +69,14 @@ def op_cases():
         ("int_mean", lambda x: gc.reduce_mean(x, 1), [np.array([[2 * 10**9] * 3, [1, 2, 4], [-1, -2, -4]])]),
         ("uint8_mean", lambda x: gc.cast(gc.reduce_mean(gc.cast(x, "uint8"), 1), "int32"),
          [np.array([[200, 200, 200, 200], [10, 20, 30, 41]])]),
+        # a sum (wrapping in its type) and a mean (in int64) of one input: two accumulators, not one
+        ("int_sum_and_mean", lambda x: gc.reduce_sum(x, 1) + gc.reduce_mean(x, 1), [np.full((2, 3), 2**30)]),
+        ("uint8_sum_and_mean", lambda x: gc.cast(gc.reduce_sum(gc.cast(x, "uint8"), 1) +
+                                                 gc.reduce_mean(gc.cast(x, "uint8"), 1), "int32"),
+         [np.array([[200, 100, 50], [255, 255, 255]])]),
+        # a slice reduction of a global one, in a domain of size-1 axes (it read the global before its loop)
+        ("sums_of_1x1", lambda x: gc.reduce_sum(gc.reduce_sum(gc.reduce_sum(x, 1, keepdims=True), (0, 1),
+                                                              keepdims=True), 1), [np.array([[0.5]])]),
     ]
 
 

@@ -217,7 +217,9 @@ def place(members: list[Node], gemm: Node | None = None) -> Layout | None:
         if m.op in REDUCTIONS:
             x = m.inputs[0]
             if is_reduction_of(m, layout):
-                if x in inside and coef[x] != layout.identity():
+                # a slice reduction reads its input in the slice loop: not a global value, computed after it
+                # (a domain of size-1 axes gives both the same coefficients)
+                if x in inside and (coef[x] != layout.identity() or context[x] == "global"):
                     return None
                 coef[m], context[m] = layout.slice_identity(), "slice"
                 level[m] = (level[x] if x in inside else 0) + 1

@@ -806,6 +806,8 @@ class GroupCode:
         """The accumulator of a reduction (shared by identical reductions) and whether it is new."""
         x = red.inputs[0]
         combine = "max" if red.op == "reduce_max" else "sum"
+        if red.op == "reduce_mean" and red.dtype not in ("float32", "float64"):
+            combine = "sum64"   # in int64 (declare), where an integer sum wraps in its type: not shared
         key = (combine, x if x in self.inside else self.read(red, 0, context), red.dtype)
         new = key not in self.accumulators
         if new:
