@@ -984,3 +984,21 @@ def test_gemm_epilogues_on_runs_match_numpy(target):
     y = gc.relu(x @ w + bias) * s + skip
     feeds = {n: r.uniform(-1, 1, n.shape).astype(np.float32) for n in (x, w, bias, skip, s)}
     check_against_numpy([y], feeds, target, rtol=1e-5, atol=1e-5)
+
+
+def test_executor_takes_the_feeds_of_every_target(tmp_path, monkeypatch):
+    """A placeholder that simplify leaves unread (the gradient of an unused input is zeros_like of it) is
+    fed as NumpyExecutor needs; the compiled Executor took it for an unknown feed. Names of no placeholder
+    of the graph are still refused, and a feed the program reads must be given."""
+    monkeypatch.setenv("GCOMPILE_CACHE", str(tmp_path))
+    s, x = gc.placeholder("s", ()), gc.placeholder("x", (3,))
+    outputs = [x * 2.0, gc.zeros_like(s)]
+    feed = {x: np.ones(3, np.float32), s: np.float32(1.0)}
+    want = gc.NumpyExecutor(outputs).run(feed)
+    got = gc.Executor(outputs, target="cpu").run(feed)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+    with pytest.raises(gc.GCompileError, match=r"missing feeds \[\], unknown feeds \['z'\]"):
+        gc.Executor(outputs, target="cpu").run({**feed, "z": 1.0})
+    with pytest.raises(gc.GCompileError, match=r"missing feeds \['x'\]"):
+        gc.Executor(outputs, target="cpu").run({s: np.float32(1.0)})
