@@ -177,6 +177,23 @@ def test_gcompile_reports_model_file_errors(tmp_path, capsys, case):
     assert "Traceback" not in err
 
 
+def test_model_files_of_any_name_and_programs_taking_any_settings(tmp_path, capsys):
+    """A model file is Python source whatever its name ends with (without .py: a traceback); a program()
+    taking **settings gets --batch-size and --set (they were refused as names it does not take)."""
+    plain = tmp_path / "model"
+    plain.write_text(textwrap.dedent(GOOD_MODEL))
+    settings = model_file(tmp_path, GOOD_MODEL.replace("def program(batch_size=4):", "def program(**settings):\n"
+                                                       "        batch_size = settings['batch_size']"))
+    for path in (plain, settings):
+        assert gcompile_main(["inspect", str(path), "--target", "cpu", "--batch-size", "6", "--after", "trace"]) == 0
+        assert "float32[6,3]" in capsys.readouterr().out
+    readme = tmp_path / "notes.txt"
+    readme.write_text("gcompile — notes\n")
+    assert gcompile_main(["build", str(readme), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "notes.txt:1: the model file raised SyntaxError" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("args,message", [
     (["--batch-size", "-3"], "the batch size must be at least 1"),
     (["--batch-size", "x"], "'x' is not a whole number"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -37,7 +38,9 @@ def load_program(path, batch_size: int | None = None, settings: dict | None = No
     path = Path(path)
     if not path.is_file():
         raise GCompileError(f"{path}: no such model file")
-    spec = importlib.util.spec_from_file_location(f"gcompile_model_{path.stem}", path)
+    # as Python source whatever its name ends with (a name without .py had no loader: a traceback)
+    loader = importlib.machinery.SourceFileLoader(f"gcompile_model_{path.stem}", str(path))
+    spec = importlib.util.spec_from_file_location(loader.name, path, loader=loader)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(path.parent.resolve()))
     try:
@@ -59,7 +62,8 @@ def call_program(path: Path, make, batch_size: int | None = None, settings: dict
             raise GCompileError(f"--batch-size {batch_size} and --set batch_size={kwargs['batch_size']!r}: give one")
         kwargs["batch_size"] = batch_size
     accepted = inspect.signature(make).parameters
-    unknown = [name for name in kwargs if name not in accepted]
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())   # program(**settings)
+    unknown = [name for name in kwargs if name not in accepted and not takes_any]
     if unknown:
         flags = ", ".join("--batch-size" if n == "batch_size" else f"--set {n}=..." for n in unknown)
         raise GCompileError(f"{path}: program() takes no {', '.join(unknown)}, so {flags} cannot be used "
