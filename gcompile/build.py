@@ -317,14 +317,20 @@ def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
         return None   # a copy of another folder: its manifest names the other folder's files
     if not all(Path(p).exists() for p in (artifact.binary, artifact.library, artifact.init, artifact.source)):
         return None
-    if not outputs_intact(manifest, output_digests(Path(artifact.library), Path(artifact.binary))):
-        return None   # changed since it was built (a truncated library would kill the process that loads it)
-    return artifact
+    digests = {**output_digests(Path(artifact.library), Path(artifact.binary)), **init_digest(Path(artifact.init))}
+    if not outputs_intact(manifest, digests):
+        return None   # changed since it was built (a truncated library would kill the process that loads it; a
+    return artifact   # damaged init file, every run of the binary)
 
 
 def output_digests(library: Path, binary: Path) -> dict:
     """The manifest's record of the linked files: {"library_sha256", "binary_sha256"} (None: cannot be read)."""
     return {"library_sha256": file_sha256(library), "binary_sha256": file_sha256(binary)}
+
+
+def init_digest(init: Path) -> dict:
+    """The manifest's record of the initial values' file: {"init_sha256"} (written by every build)."""
+    return {"init_sha256": file_sha256(init)}
 
 
 def outputs_intact(manifest: dict, digests: dict) -> bool:
@@ -428,7 +434,7 @@ def build(compiled, out_dir, arch: str | None = None, cudart: str = "static", pr
                     arena_bytes=compiled.plan.arena_bytes,
                     batch_rows=any(b.rows for b in compiled.plan.buffers),
                     lower_bound_bytes=compiled.plan.lower_bound, naive_bytes=compiled.plan.naive_bytes,
-                    wgmma_serialized=serialized, **digests)
+                    wgmma_serialized=serialized, **digests, **init_digest(init))
     write_if_changed(Path(artifact.manifest), json.dumps(manifest, indent=1).encode())
     if program_key:
         program_key_file(out, module.name).write_text(program_key)

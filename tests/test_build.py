@@ -70,6 +70,20 @@ def test_a_changed_library_is_not_a_cache_hit(tmp_path, damage, level):
     assert make().cached
 
 
+def test_a_damaged_init_file_is_not_a_cache_hit(tmp_path):
+    """The initial values' file is recorded in the manifest too: a cache hit by the program's fingerprint
+    handed out a damaged one, which every run of the binary then refused (checksum mismatch)."""
+    program = tiny_program()
+    first = gc.compile(program, target="cpu", out_dir=tmp_path)
+    good = Path(first.init).read_bytes()
+    with open(first.init, "ab") as f:
+        f.write(b"x")
+    again = gc.compile(program, target="cpu", out_dir=tmp_path)
+    assert Path(again.init).read_bytes() == good
+    assert json.loads(Path(again.manifest).read_text())["init_sha256"] == hashlib.sha256(good).hexdigest()
+    assert gc.compile(program, target="cpu", out_dir=tmp_path).cached
+
+
 def test_a_copied_build_folder_is_built_again_in_place(tmp_path):
     """Its manifest names the original folder's files: a cache hit there handed out those (and their initial
     values, whatever the original folder had been rebuilt with since)."""
