@@ -136,6 +136,11 @@ GC_EXPORT int gc_create(gc_model** out) {
     if (rc == GC_OK) rc = gc_device_zero(m->arena, GC_ARENA_BYTES);
     for (int i = 0; rc == GC_OK && i < GC_N_CONSTANTS; i++)
         rc = gc_copy_to_device(m->arena + gc_constants[i].offset, gc_constants[i].data, gc_constants[i].nbytes);
+    // Variables start at zero (their compiled values are the init file's: gc_load it), the guard running: a
+    // zeroed guard reads "halted at step 0", and refused every step of a model used before a gc_load.
+    const gc_tensor_info* halted = gc_find(gc_variables, GC_N_VARIABLES, "guard.halted_at");
+    const int32_t running = -1;
+    if (rc == GC_OK && halted) rc = gc_copy_to_device(m->arena + halted->offset, &running, sizeof running);
     if (rc != GC_OK) {
         gc_device_free(m->arena);
         free(m);

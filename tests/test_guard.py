@@ -157,7 +157,7 @@ def test_trainer_stops_at_a_bad_step_and_keeps_the_last_checkpoint(positive_arti
     ckpt = tmp_path / "run.ckpt"
     proc = run_binary(positive_artifact, "train", "--data", data, "--epochs", "2", "--no-shuffle", "--save", ckpt,
                       "--save-every", "2", check=3)
-    assert ("error: non-finite loss at step 3 in epoch 1, step 4 of 6: training stopped with the "
+    assert ("error: non-finite loss at step 4 of the run (epoch 1, step 4 of 6): training stopped with the "
             f"parameters of the step before; the last checkpoint, {ckpt} (step 2), is kept") in proc.stderr
     saved = gc.read_checkpoint(ckpt)
     assert saved.step == 2 and saved.epoch_step == 2 and saved.tensors[GUARD_HALTED_AT] == -1
@@ -191,6 +191,20 @@ def test_trainer_skips_bad_steps_as_the_numpy_executor_does(positive_artifact, t
     assert saved.tensors[GUARD_NONFINITE] == 2 and saved.tensors["step"] == 12
     for name, value in saved.tensors.items():
         np.testing.assert_allclose(value, reference.variables[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_epoch_of_skipped_steps_has_no_mean_loss(positive_artifact, tmp_path):
+    """Every step skipped: the mean over no steps is nan in the line and null in the log (it said 0, a loss
+    no step had). Options also take the --name=value form."""
+    data = synthetic_dataset(tmp_path / "data", n_train=24, n_valid=8, dtype=np.float32)
+    images = np.load(data / "train_images.npy")
+    write_split(data, "train", np.full_like(images, 3e38), np.load(data / "train_labels.npy"))
+    log = tmp_path / "log.jsonl"
+    proc = run_binary(positive_artifact, "train", "--data", data, "--epochs=1", "--on-nonfinite=skip", f"--log={log}",
+                      check=0)
+    assert "(mean nan)" in proc.stdout and "(skipped 6 steps: non-finite loss)" in proc.stdout
+    entry = json.loads(log.read_text())
+    assert (entry["mean_loss"], entry["skipped"]) == (None, 6)
 
 
 def test_an_overflowing_update_is_never_saved(positive_artifact, tmp_path):

@@ -198,6 +198,23 @@ def test_a_binary_shipped_without_its_initial_values(small, tmp_path):
         assert ("train --load takes the checkpoint's model" in got.stderr) == bool(args)
 
 
+def test_the_init_file_is_found_next_to_the_binary_however_it_is_run(small, tmp_path):
+    """Through a symbolic link elsewhere, and by a bare name found on PATH, the binary reads the init file
+    next to itself (it looked beside argv[0]: in the link's folder, or the current one)."""
+    artifact, data = small
+    want = run_binary(artifact, "eval", "--data", data, check=0).stdout
+    link = tmp_path / "bin" / "linked"
+    link.parent.mkdir()
+    link.symlink_to(artifact.binary)
+    elsewhere = tmp_path / "work"
+    elsewhere.mkdir()
+    path = f"{os.path.dirname(artifact.binary)}{os.pathsep}{os.environ.get('PATH', '')}"
+    for command, env in (([str(link)], None), ([os.path.basename(artifact.binary)], {**os.environ, "PATH": path})):
+        got = subprocess.run([*command, "eval", "--data", str(data)], capture_output=True, text=True, cwd=elsewhere,
+                             env=env, timeout=120)
+        assert (got.returncode, got.stdout) == (0, want), got.stderr
+
+
 def test_load_takes_the_model_from_a_build_with_other_optimizer_state(small, tmp_path):
     """--load matches the model by name, dtype and shape, not by the whole layout: a checkpoint of the model
     trained with momentum starts (and is evaluated by) a plain SGD build, its velocities passed over.

@@ -91,7 +91,7 @@ def test_training_checkpoints_and_resume_under_asan_and_ubsan(asan, tmp_path):
     write_split(tmp_path / "poisoned", "valid", images[:10], np.load(data / "valid_labels.npy"))
     proc = sanitized(asan, "train", "--data", tmp_path / "poisoned", "--no-shuffle", "--save", tmp_path / "p.ckpt",
                      "--save-every", 2, expect=3)
-    assert "non-finite loss at step 3" in proc.stderr
+    assert "non-finite loss at step 4 of the run" in proc.stderr
     sanitized(asan, "train", "--data", tmp_path / "poisoned", "--epochs", 2, "--on-nonfinite", "skip", expect=0)
 
     for args in (["train", "--data", data, "--epochs", "-1"], ["train", "--data", data, "--lr", "x"],

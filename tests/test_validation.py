@@ -106,6 +106,10 @@ ARG_CASES = [
     (["check", "weights", "f"], "check: unknown kind 'weights': expected checkpoint, train, valid or test"),
     (["train", "--data", "D", "--save", "--epochs", "1"], "--save needs a value, not the option '--epochs'"),
     (["check", "checkpoint"], "usage: "),
+    (["train", "--data=D", "--epochs=-1"], "--epochs: '-1' is not a whole number in [0, 1000000000]"),
+    (["train", "--data", "D", "--no-graph=1"], "--no-graph takes no value"),
+    (["train", "--data", "D", "--bogus=1"], "unknown option '--bogus' for train"),
+    (["eval", "--data=D", "--split="], "--split: '' is not valid or test"),
 ]
 
 
@@ -175,6 +179,26 @@ def test_gcompile_reports_model_file_errors(tmp_path, capsys, case):
     err = capsys.readouterr().err
     assert err.startswith("gcompile build: error: ") and re.search(message, err), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("edit,reason", [
+    (lambda t: t.replace('outputs={"logits": x @ W}', 'outputs={"scores": x @ W}'),
+     "it has no output named 'logits', which the trainer's evaluation reads"),
+    (lambda t: t.replace('"int32"', '"uint8"'), "its train step's inputs are x (4, 3) float32, y (4,) uint8; the "
+                                                 "trainer feeds two: a float32 batch of images (batch 4, ...) and "
+                                                 "its int32 labels (batch 4,)"),
+])
+def test_a_program_without_a_training_loop_says_why(tmp_path, capsys, edit, reason):
+    """The binary of a program the trainer cannot run names the reason (it gave two that did not apply:
+    no loss, or inputs not one batch of images and one of labels); so do build and --help."""
+    path = model_file(tmp_path, edit(GOOD_MODEL))
+    assert gcompile_main(["build", str(path), "--target", "cpu", "-o", str(tmp_path / "out")]) == 0
+    assert f"note: no training loop in the binary ({reason})" in capsys.readouterr().out
+    binary = str(tmp_path / "out" / "model")
+    proc = subprocess.run([binary, "train", "--data", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and f"model has no training loop: {reason}; use it as a library" in proc.stderr
+    proc = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60)
+    assert f"This program has no training loop: {reason}." in proc.stdout
 
 
 def test_model_files_of_any_name_and_programs_taking_any_settings(tmp_path, capsys):
@@ -391,6 +415,26 @@ def test_raw_c_calls_with_bad_arguments(model):
     lib.gc_destroy(dead)
     lib.gc_destroy(dead)   # a second destroy is ignored
     assert "not a live model" in error(lib.gc_train_step(dead, inputs, 2, ffi.NULL))
+
+
+def test_a_model_created_in_c_trains_once_its_initial_values_are_loaded(model, artifact):
+    """gc_create gives zeroed variables and a running guard (a zeroed guard said 'halted at step 0' and
+    refused every step); gc_load of the init file gives the compiled initial values, as gc.load does."""
+    lib = model.lib
+    x, y = good_batch()
+    keep = [ffi.from_buffer(x), ffi.from_buffer(y)]
+    created, loss = ffi.new("gc_model**"), ffi.new("double*")
+    assert lib.gc_create(created) == 0
+    try:
+        h = created[0]
+        assert lib.gc_train_step(h, ffi.new("void*[]", keep), 2, loss) == 0, ffi.string(lib.gc_last_error())
+        assert loss[0] == pytest.approx(np.log(CLASSES))   # zero weights: every class alike
+        assert lib.gc_load(h, artifact.init.encode()) == 0
+        assert lib.gc_train_step(h, ffi.new("void*[]", keep), 2, loss) == 0
+        with gc.load(artifact) as fresh:
+            assert loss[0] == pytest.approx(fresh.train_step(x, y), rel=1e-6)
+    finally:
+        lib.gc_destroy(created[0])
 
 
 def test_load_errors(artifact, tmp_path):

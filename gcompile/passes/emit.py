@@ -300,6 +300,7 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         ("GC_LOSS_F64", int(module.loss is not None and module.loss.dtype == "float64")),
         ("GC_HAS_LR", int(any(v.name == "lr" for v in module.variables))),
         ("GC_HAS_TRAINER", int(trainer is not None)),
+        ("GC_NO_TRAINER", json.dumps(module.no_trainer)),
         ("GC_BATCH", module.batch_size),
         ("GC_X_OFFSET", offset(trainer["x"]) if trainer else 0),
         ("GC_X_ROWS", int(x_rows)),   # the GEMMs read x in place (gc_rows): its batch rows at GC_X_OFFSET

@@ -65,17 +65,34 @@ class Module:
 
     @property
     def trainer(self) -> dict | None:
-        """What the standalone trainer needs, or None when the program does not fit it: a float32 loss,
-        one float32 image input (batch, ...), one integer label input (batch,), a 'logits' output (batch, C)."""
-        if self.loss is None or "logits" not in self.outputs or len(self.train_inputs) != 2:
-            return None
+        """What the standalone trainer needs, or None when the program does not fit it (no_trainer says why):
+        a float32 loss, one float32 image input (batch, ...), one int32 label input (batch,), a 'logits'
+        output (batch, C) of float32."""
+        return None if self.no_trainer else self.trainer_nodes()
+
+    def trainer_nodes(self) -> dict:
         x = next((p for p in self.train_inputs if p.dtype == "float32"), None)
         y = next((p for p in self.train_inputs if p.dtype == "int32" and p.shape == (self.batch_size,)), None)
-        logits = self.outputs["logits"]
-        if x is None or y is None or self.loss.dtype != "float32" or logits.shape[:1] != (self.batch_size,) \
-                or logits.ndim != 2 or logits.dtype != "float32" or x.shape[:1] != (self.batch_size,):
-            return None
-        return {"x": x, "y": y, "logits": logits}
+        return {"x": x, "y": y, "logits": self.outputs.get("logits")}
+
+    @property
+    def no_trainer(self) -> str:
+        """Why the standalone trainer cannot run this program ("" when it can): the binary's message."""
+        if self.loss is None:
+            return "it has no loss"
+        if self.loss.dtype != "float32":
+            return f"its loss is {self.loss.dtype}; the trainer's is float32"
+        nodes, b = self.trainer_nodes(), self.batch_size
+        logits = nodes["logits"]
+        if logits is None:
+            return "it has no output named 'logits', which the trainer's evaluation reads"
+        if logits.ndim != 2 or logits.dtype != "float32" or logits.shape[0] != b:
+            return f"its 'logits' output is {logits.describe()}; the trainer's is float32 (batch {b}, classes)"
+        if len(self.train_inputs) != 2 or nodes["x"] is None or nodes["y"] is None or nodes["x"].shape[:1] != (b,):
+            found = ", ".join(p.describe() for p in self.train_inputs) or "none"
+            return (f"its train step's inputs are {found}; the trainer feeds two: a float32 batch of images (batch "
+                    f"{b}, ...) and its int32 labels (batch {b},)")
+        return ""
 
     @property
     def manifest(self) -> dict:
@@ -84,6 +101,7 @@ class Module:
         return {
             "name": self.name, "source": self.source, "batch_size": self.batch_size,
             "has_train_step": self.loss is not None, "has_trainer": self.trainer is not None,
+            "no_trainer": self.no_trainer,
             "train_inputs": [row(x) for x in self.train_inputs],
             "eval_inputs": [row(x) for x in self.eval_inputs],
             "outputs": [row(o, name) for name, o in self.outputs.items()],
