@@ -77,6 +77,8 @@ def test_a_record_for_another_program_or_an_unusable_tile_is_refused(tmp_path):
     record = record_for(program, [kw])
     with pytest.raises(gc.GCompileError, match="another graph or other shapes"):
         compile_program(mlp(64), "cuda", "mnist_mlp", tuning=record)
+    # initial values are not the graph: another learning rate keeps the record (it was refused)
+    compile_program(load_example("mnist_mlp").program(batch_size=128, lr=0.05), "cuda", "mnist_mlp", tuning=record)
     with pytest.raises(gc.GCompileError, match="precision 'fp32', this build is 'tf32'"):
         compile_program(program, "cuda", "mnist_mlp", precision="tf32", tuning=record)
     cases = [({"split": 3}, "split 3 does not fit"), ({"tile": "7x7x7/1x1/fp32"}, "not a catalogue tile"),
@@ -166,6 +168,9 @@ def test_the_benchmark_records_fit_the_benchmark_programs():
                                      precision=precision, tuning=record)
                 if "3xwgmma" in path.read_text():   # reads the image's bytes: the trainer keeps them uint8
                     assert "#define GC_X_FLOAT 0" in cs.source, path
+                # the example as a user builds it (`gcompile build --tuning`): its own learning rate (1.0)
+                compile_program(bench_example(model).program(batch_size=batch), "cuda", model,
+                                precision=precision, tuning=record)
     assert not list(TUNED.glob("*.json")), "records belong in their GPU's folder"
     # on each GPU machine: the MLP's fp32 records (b128, b1000) and its b1000 tf32 one
     for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
