@@ -24,7 +24,7 @@ demo: data
 	$(PYTHON) -m gcompile run examples/mnist_mlp.py --batch-size 128 -o build/demo -- \
 		train --data $(MNIST) --epochs 10 --lr 0.1
 
-# The reference experiment of reference_mnist.md, compiled: batch 1000, in order, lr 1.0 (0.9717 expected).
+# The reference experiment of docs/reference.md, compiled: batch 1000, in order, lr 1.0 (0.9717 expected).
 reference: data
 	$(PYTHON) -m gcompile run examples/mnist_mlp.py -o build/reference -- \
 		train --data $(MNIST) --epochs 10 --no-shuffle

@@ -3,7 +3,7 @@
 Every implementation starts from the gcompile program's own initial values (the peers copy them), trains
 on the same data resident on the device as float32 (uint8 * 1/256), with the same recipe for time to
 accuracy (RECIPES, plain SGD: the examples' optimizer): at batch 128 lr 0.1, shuffled every epoch; at batch
-1000 the reference experiment's (reference_mnist.md: lr 1.0, the file's order).
+1000 the reference experiment's (docs/reference.md: lr 1.0, the file's order).
 """
 from __future__ import annotations
 

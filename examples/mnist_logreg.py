@@ -1,4 +1,4 @@
-"""Logistic regression on MNIST in the reference configuration (reference_mnist.md).
+"""Logistic regression on MNIST in the reference configuration (docs/reference.md).
 
 logits = x W1 + b1 with W1 (784, 10) and b1 (10,) starting at zero; softmax cross-entropy (batch mean);
 SGD lr 1.0; batch 1000. Reference: validation accuracy 0.9223 after 10 epochs.

@@ -1,4 +1,4 @@
-"""A 784-256-100-10 ReLU MLP on MNIST in the reference configuration (reference_mnist.md).
+"""A 784-256-100-10 ReLU MLP on MNIST in the reference configuration (docs/reference.md).
 
 Weights come from ONE np.random.RandomState(123).normal(scale=0.1) stream, drawn in the order W1, W2, W3,
 b1, b2, b3 (biases too); softmax cross-entropy (batch mean); SGD lr 1.0; batch 1000.

@@ -1,6 +1,6 @@
 """Train a gc.Program with the numpy reference executor: the oracle of the generated training loop.
 
-The loop is the reference experiment's (reference_mnist.md): batches taken in order from the start of the
+The loop is the reference experiment's (docs/reference.md): batches taken in order from the start of the
 training set, no shuffling, a final incomplete batch dropped (shapes are static); after training, the
 argmax of the program's "logits" output over the whole validation set, computed in chunks of the
 program's batch size with the trained parameter values.

@@ -1,5 +1,5 @@
 """The reference experiment compiled: the standalone binary trains examples/mnist_logreg.py and
-examples/mnist_mlp.py for 10 epochs (no shuffling) and must land in reference_mnist.md's band — the cpu
+examples/mnist_mlp.py for 10 epochs (no shuffling) and must land in docs/reference.md's band — the cpu
 target here, the cuda target on a GPU machine. Also: the Python loader reproduces the binary's losses, and
 device allocations do not grow with the number of epochs (cuda only)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The reference experiment (reference_mnist.md) with the numpy executor: examples/mnist_logreg.py and
+"""The reference experiment (docs/reference.md) with the numpy executor: examples/mnist_logreg.py and
 examples/mnist_mlp.py, 10 epochs each, against the table: validation accuracy within ±0.003, last-batch
 loss of every epoch within ±0.03.
 
