@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     from gcompile.commands.model_file import add_model_arguments, compile_model
     from gcompile.data import default_data_dir
 
-    parser = argparse.ArgumentParser(prog="python3 -m bench.determinism", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m bench.determinism", description=" ".join(__doc__.split("\n\n")[0].split()))
     add_model_arguments(parser)
     parser.add_argument("--runs", type=int, default=20, help="trainer runs (default 20)")
     parser.add_argument("--epochs", type=int, default=2, help="epochs a run (default 2)")

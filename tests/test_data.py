@@ -282,7 +282,13 @@ def test_data_mnist_command_reports_errors(tmp_path, capsys):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
     assert main(["data", "mnist", "--from", str(tmp_path / "nope.pkl.gz"), "--out", str(tmp_path)]) == 1
-    assert "nope.pkl.gz: no such file" in capsys.readouterr().err
+    assert "nope.pkl.gz: no such file: the source is the file mnist.pkl.gz" in capsys.readouterr().err
+    # a source of the wrong kind says so (a folder was "no such file"; a file "no such folder")
+    assert main(["data", "mnist", "--from", str(tmp_path), "--out", str(tmp_path / "m")]) == 1
+    assert f"{tmp_path}: a folder: the source is the file mnist.pkl.gz" in capsys.readouterr().err
+    (tmp_path / "t.gz").write_bytes(b"")
+    assert main(["data", "fashion-mnist", "--from", str(tmp_path / "t.gz"), "--out", str(tmp_path / "f")]) == 1
+    assert "t.gz: a file: the source is the folder of Fashion-MNIST's IDX files" in capsys.readouterr().err
 
 
 def test_download_failure_suggests_from(tmp_path, monkeypatch):

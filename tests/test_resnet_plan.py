@@ -45,6 +45,10 @@ def test_inspect_prints_the_plan(capsys):
 def test_set_rejects_unknown_options(capsys):
     assert main(["inspect", str(EXAMPLES / "resnet14.py"), "--target", "cpu", "--set", "depth=50"]) == 1
     assert "program() takes no depth, so --set depth=... cannot be used" in capsys.readouterr().err
+    for example in ("resnet14.py", "mnist_lenet.py"):   # a KeyError, blamed on the quoting of the value
+        assert main(["inspect", str(EXAMPLES / example), "--target", "cpu", "--set", "optimizer=rmsprop"]) == 1
+        err = capsys.readouterr().err
+        assert "unknown optimizer 'rmsprop'; expected one of sgd, adam, adamw" in err and "KeyError" not in err
 
 
 def test_set_values_are_literals_or_text():
