@@ -91,6 +91,23 @@ def test_every_op_and_its_gradient_matches_numpy(target, tmp_path, monkeypatch):
     assert_compiled_matches_numpy(*build_all(), target)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_gradients_of_one_element_outputs(target, tmp_path, monkeypatch):
+    """The gradient of a one-element output seeds its op's backward with a scalar constant viewed as (1, 1):
+    a GEMM or a window op reads its operands through a pointer, and compiling failed ('a literal ... has no
+    buffer'); the constant now also lies in the arena (plan_memory.literal_offset)."""
+    monkeypatch.setenv("GCOMPILE_CACHE", str(tmp_path))
+    r = np.random.RandomState(4)
+    image, a, b = (gc.placeholder(n, s) for n, s in (("image", (1, 1, 2, 2)), ("a", (1, 3)), ("b", (3, 1))))
+    w = gc.placeholder("w", (1, 1, 2, 2))
+    outputs = (gc.gradients(gc.reduce_sum(gc.max_pool2d(image, 2)), [image]) +
+               gc.gradients(gc.reduce_sum(gc.avg_pool2d(image, 2)), [image]) +
+               gc.gradients(gc.reduce_sum(a @ b), [a, b]) +
+               gc.gradients(gc.reduce_sum(gc.conv2d(image, w)), [image, w]))
+    feeds = {p: r.uniform(-1, 1, p.shape).astype(np.float32) for p in (image, a, b, w)}
+    assert_compiled_matches_numpy(outputs, feeds, target)
+
+
 def mlp(batch, hidden, classes=10, features=20, momentum=0.0):
     r = np.random.RandomState(7)
     x = gc.placeholder("x", (batch, features))

@@ -268,13 +268,12 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
                        "what": f"{name}: {plan.workspace_notes[name]}"})
 
     constants = []
-    for b in plan.buffers:
-        n = b.node
-        if n.op == "constant" and b.region == "persistent":
-            flat = np.asarray(n.attrs["value"]).reshape(-1)
-            constants.append({"ctype": C_TYPES[n.dtype], "offset": b.offset, "nbytes": n.nbytes,
-                              "data": ", ".join(c_literal(v, n.dtype) for v in flat),
-                              "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
+    placed = [(b.node, b.offset) for b in plan.buffers if b.node.op == "constant" and b.region == "persistent"]
+    for n, at in placed + list(plan.literals.items()):
+        flat = np.asarray(n.attrs["value"]).reshape(-1)
+        constants.append({"ctype": C_TYPES[n.dtype], "offset": at, "nbytes": n.nbytes,
+                          "data": ", ".join(c_literal(v, n.dtype) for v in flat),
+                          "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
 
     read = module.eval_variables   # and the trained parameters the outputs do not read (a head the loss alone uses)
     variables = [tensor_row(v, offset(v), model=v.name in read or v.attrs.get("trainable", True))

@@ -111,6 +111,7 @@ class MemoryPlan:
     workspace_notes: dict = field(default_factory=dict)   # name -> what the bytes hold (the layout's comment)
     chains: dict = field(default_factory=dict)       # schedule -> its chains' stage nodes (chain.py), for lower
     mirrors: list = field(default_factory=list)      # variables kept also transposed (lower.py's mirror_variables)
+    literals: dict = field(default_factory=dict)     # scalar constants read through a pointer: node -> offset
 
     def workspace(self, name: str, nbytes: int, what: str = "a reduction's ticket and the blocks' partials") -> int:
         """Offset of `nbytes` owned by one kernel (lower.py: a reduction over several blocks keeps its ticket and
@@ -127,6 +128,16 @@ class MemoryPlan:
             raise GCompileError(f"workspace {name} has {size} bytes, not {nbytes}")
         return offset
 
+    def literal_offset(self, literal: Node) -> int:
+        """Where a scalar constant (written into the code where an element is read, so in no buffer) also
+        lies in the arena, for a kernel that reads its operand through a pointer (a GEMM, a window op): a
+        workspace that emit's constants table fills when the arena is made. The gradient of a one-element
+        output makes such operands: ones_like of a scalar, viewed as (1, 1)."""
+        if literal not in self.literals:
+            self.literals[literal] = self.workspace(f"literal {literal.name}", literal.nbytes,
+                                                    "a scalar constant read through a pointer")
+        return self.literals[literal]
+
     def buffer_of(self, node: Node, schedule: str | None = None) -> Buffer:
         """The buffer holding node's value (views and assigns resolved); `schedule` picks among temporaries
         that several schedules compute."""
@@ -141,7 +152,9 @@ class MemoryPlan:
         return found[0]
 
     def offset_of(self, node: Node, schedule: str | None = None) -> int:
-        return self.buffer_of(node, schedule).offset
+        """Where node's value lies in the arena (a scalar constant's: literal_offset)."""
+        root = storage_root(node)
+        return self.literal_offset(root) if is_literal(root) else self.buffer_of(node, schedule).offset
 
     def format(self) -> str:
         rows = [("name", "region", "offset", "size", "lifetime")]
