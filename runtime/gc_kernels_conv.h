@@ -58,7 +58,11 @@ GC_HD inline int gc_window_argmax(const T* __restrict__ plane, gc_window s, int 
             const int h = oh * s.stride - s.pad + kh, w = ow * s.stride - s.pad + kw;
             if (h < 0 || h >= s.h || w < 0 || w >= s.w) continue;
             const T v = plane[h * s.w + w];
-            if (best < 0 || v > best_value) { best = kh * s.kw + kw; best_value = v; }
+            // the first maximum, a NaN above all (numpy's argmax); padding never (it is not in the image)
+            if (best < 0 || (best_value == best_value && (v > best_value || v != v))) {
+                best = kh * s.kw + kw;
+                best_value = v;
+            }
         }
     return best;
 }

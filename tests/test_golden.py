@@ -108,6 +108,23 @@ def test_gradients_of_one_element_outputs(target, tmp_path, monkeypatch):
     assert_compiled_matches_numpy(outputs, feeds, target)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_max_pool_gradients_of_nan_and_minus_inf(target, tmp_path, monkeypatch):
+    """A window's gradient goes to its first maximum, a NaN above all (the C kernel skipped a NaN that did
+    not come first); a window whose pixels are all -inf gives it to the first of them, never to padding (the
+    numpy executor gave it to a pad, dropping it)."""
+    monkeypatch.setenv("GCOMPILE_CACHE", str(tmp_path))
+    a = np.array([[[[1.0, np.nan, 5.0, 6.0], [2.0, 0.0, 7.0, 8.0]]]], np.float32)
+    b = np.full((1, 1, 2, 2), -np.inf, np.float32)
+    pa, pb = gc.placeholder("a", a.shape), gc.placeholder("b", b.shape)
+    outputs = (gc.gradients(gc.reduce_sum(gc.max_pool2d(pa, 2, 2, 0)), [pa]) +
+               gc.gradients(gc.reduce_sum(gc.max_pool2d(pb, 2, 2, 1)), [pb]))
+    want = [np.array([0, 1, 0, 0, 0, 0, 0, 1], np.float32), np.ones(4, np.float32)]
+    for got, expected in zip(gc.NumpyExecutor(outputs).run({pa: a, pb: b}), want):
+        assert np.array_equal(got.reshape(-1), expected)
+    assert_compiled_matches_numpy(outputs, {pa: a, pb: b}, target)
+
+
 def mlp(batch, hidden, classes=10, features=20, momentum=0.0):
     r = np.random.RandomState(7)
     x = gc.placeholder("x", (batch, features))

@@ -167,7 +167,12 @@ class MaxPool2dGrad(Op):
     def compute(self, node, x, g):
         kw_ = node.attrs["kernel"][1]
         views = list(windows(node, x, -np.inf))
-        first_max = np.argmax(np.stack([v for _, _, v in views]), axis=0)
+        values = np.stack([v for _, _, v in views])
+        first_max = np.argmax(values, axis=0)   # the first maximum; a NaN above all
+        # padding is not in the image: where the image's values are all -inf, their first wins, not a pad's
+        real = np.stack([v for _, _, v in windows(node, np.ones(x.shape, np.int8), 0)]) > 0
+        only_inf = ~np.any(real & ~(values == -np.inf), axis=0)
+        first_max = np.where(only_inf, np.argmax(real, axis=0), first_max)
         parts = (((kh, kw), np.where(first_max == kh * kw_ + kw, g, 0).astype(g.dtype)) for kh, kw, _ in views)
         return scatter_windows(node, x.shape, parts, g.dtype)
 
