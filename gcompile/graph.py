@@ -293,19 +293,29 @@ def assign(var: Node, value: Node):
 # ---------------------------------------------------------------------------------------------
 # Convolutional networks (layout NCHW; the window ops' rules are in gcompile/ops/conv.py)
 # ---------------------------------------------------------------------------------------------
-def _window(kernel, stride, padding) -> dict:
-    kernel = (int(kernel), int(kernel)) if np.isscalar(kernel) else tuple(int(k) for k in kernel)
-    return {"kernel": kernel, "stride": int(stride), "padding": int(padding)}
+def _window(op: str, kernel, stride, padding) -> dict:
+    """A window op's attributes, checked: a kernel of one whole number or a pair of them, a whole stride and
+    padding (their ranges are the op's infer's to check). 1.5 is not silently 1."""
+    try:
+        pair = (kernel, kernel) if is_whole(kernel) else tuple(kernel)
+    except TypeError:
+        pair = ()
+    if len(pair) != 2 or not all(is_whole(k) for k in pair):
+        raise ShapeError(f"{op}: kernel must be a whole number or a pair of them, not {kernel!r}")
+    for name, value in (("stride", stride), ("padding", padding)):
+        if not is_whole(value):
+            raise ShapeError(f"{op}: {name} must be a whole number, not {value!r}")
+    return {"kernel": tuple(int(k) for k in pair), "stride": int(stride), "padding": int(padding)}
 
 
 def im2col(x, kernel, stride: int = 1, padding: int = 0):
     """Patches of x (N, C, H, W) -> (N, C*KH*KW, OH*OW): row (c, kh, kw), column (oh, ow)."""
-    return Node("im2col", (x,), _window(kernel, stride, padding))
+    return Node("im2col", (x,), _window("im2col", kernel, stride, padding))
 
 
 def col2im(cols, image_size, kernel, stride: int = 1, padding: int = 0):
     """The adjoint of im2col: (N, C*KH*KW, OH*OW) -> (N, C, H, W), overlapping patch entries summed."""
-    return Node("col2im", (cols,), {**_window(kernel, stride, padding),
+    return Node("col2im", (cols,), {**_window("col2im", kernel, stride, padding),
                                     "image_size": tuple(int(d) for d in image_size)})
 
 
@@ -321,6 +331,7 @@ def conv2d(x, w, b=None, stride: int = 1, padding: int = 0):
         raise ShapeError(f"conv2d: x and w must be float values of one dtype, got {x.describe()} and {w.describe()}")
     n, c, h, wd = x.shape
     cout, _, kh, kw = w.shape
+    _window("conv2d", (kh, kw), stride, padding)
     if (kh, kw, stride, padding) == (1, 1, 1, 0):
         cols = reshape(x, (n, c, h * wd))  # a 1x1 convolution reads the image itself
     else:
@@ -343,15 +354,15 @@ def per_image(v, shape):
 
 def max_pool2d(x, kernel, stride: int | None = None, padding: int = 0):
     """Max over kernel windows (padding counts as -inf); stride defaults to the kernel size."""
-    window = _window(kernel, 1, padding)
-    window["stride"] = int(stride) if stride is not None else window["kernel"][0]
+    window = _window("max_pool2d", kernel, 1 if stride is None else stride, padding)
+    window["stride"] = window["stride"] if stride is not None else window["kernel"][0]
     return Node("max_pool2d", (x,), window)
 
 
 def avg_pool2d(x, kernel, stride: int | None = None, padding: int = 0):
     """Mean over kernel windows (padding counts as zeros, divided by KH*KW); stride defaults to the kernel."""
-    window = _window(kernel, 1, padding)
-    window["stride"] = int(stride) if stride is not None else window["kernel"][0]
+    window = _window("avg_pool2d", kernel, 1 if stride is None else stride, padding)
+    window["stride"] = window["stride"] if stride is not None else window["kernel"][0]
     return Node("avg_pool2d", (x,), window)
 
 
