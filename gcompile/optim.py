@@ -55,7 +55,8 @@ class CosineSchedule(Schedule):
 
 
 class StepSchedule(Schedule):
-    """factor = gamma ** (the number of milestones passed); milestones are fractions of total_steps."""
+    """factor = gamma ** (the number of milestones passed); milestones are fractions of total_steps: m passes at
+    step round(m * total_steps) (steps counted from 0), as PyTorch's MultiStepLR at that whole step."""
 
     def __init__(self, milestones=(0.5, 0.75), gamma: float = 0.1, total_steps: int = 1):
         super().__init__(total_steps)
@@ -68,7 +69,9 @@ class StepSchedule(Schedule):
         step, total = self.progress(dtype)
         factor = None
         for m in self.milestones:
-            term = G.greater_equal(step, total * m) * (self.gamma - 1.0) + 1.0
+            # the milestone's whole step: float32's 0.3 x 100 is 30.000002, which step 30 did not reach
+            at = G.cast(G.cast(total * m + 0.5, "int32"), dtype)
+            term = G.greater_equal(step, at) * (self.gamma - 1.0) + 1.0
             factor = term if factor is None else factor * term
         return factor
 
@@ -152,10 +155,12 @@ class Adam:
 
     def updates(self, params, grads, dtype="float32"):
         lr = learning_rate(self.lr, self.schedule, dtype)
-        t = G.cast(G.step_counter(), dtype) + 1.0
+        # 1 - b^t in float64, then the program's type: in float32 it cancels (beta2 = 0.99999 at t = 1: 1.0014e-5
+        # for 1e-5), as PyTorch's host-side double does not
+        t = G.cast(G.step_counter(), "float64") + 1.0
         b1, b2 = self.beta1, self.beta2
-        correct1 = 1.0 - G.exp(t * math.log(b1)) if b1 else None   # 1 - b1^t
-        correct2 = 1.0 - G.exp(t * math.log(b2)) if b2 else None
+        correct1 = G.cast(1.0 - G.exp(t * math.log(b1)), dtype) if b1 else None
+        correct2 = G.cast(1.0 - G.exp(t * math.log(b2)), dtype) if b2 else None
         out = []
         for p, g in zip(params, grads):
             if self.weight_decay and not self.decoupled:

@@ -37,6 +37,11 @@ class Program:
         unused = [p.name for p, g in zip(self.params, self.grads) if g.op == "zeros_like"]
         if unused:
             raise GCompileError(f"Program: the loss does not depend on parameter(s) {unused}")
+        other = [p for p in self.params if p.dtype != loss.dtype]
+        if optimizer and other:   # its learning rate, schedule and moments are scalars of the loss's type
+            raise GCompileError(f"Program: parameter {other[0].describe()} and the loss {loss.describe()} have "
+                                f"different dtypes; the optimizer updates parameters of the loss's dtype (cast the "
+                                f"loss: gc.cast(loss, {other[0].dtype!r}))")
         updates = optimizer.updates(self.params, self.grads, loss.dtype) if optimizer else []
         train, state_updates = specialize([loss] + updates, "train")
         self.loss, self.updates = train[0], train[1:] + state_updates

@@ -294,6 +294,31 @@ def test_adam_rejects_bad_hyperparameters(kwargs):
         gc.Adam(**kwargs)
 
 
+@pytest.mark.parametrize("beta2", [0.999, 0.9999, 0.99999])
+def test_adam_bias_correction_is_exact_in_float32(beta2, tmp_path):
+    """1 - beta2^t in float32 cancelled (beta2 = 0.99999, t = 1: 1.0014e-5): the first step of a gradient of 1
+    was 1.0007 lr, not lr / (1 + eps). Both targets."""
+    w = gc.variable("w", init=np.zeros(1, np.float32))
+    prog = gc.Program(gc.reduce_sum(w), [w], gc.Adam(lr=1.0, beta2=beta2))
+    ex = gc.NumpyExecutor(prog.train_outputs)
+    ex.run({})
+    with gc.load(gc.compile(prog, target="cpu", out_dir=tmp_path)) as m:
+        m.train_step()
+        assert -m.params["w"][0] == -ex.get_variable("w")[0] == np.float32(1 / (1 + 1e-8))
+
+
+def test_an_optimizer_needs_parameters_of_the_losss_dtype():
+    """A float64 loss over float32 parameters failed inside the optimizer's nodes ('mul: operands have
+    different dtypes: lr () float64, ...', telling the user to insert a cast they cannot)."""
+    x, y = gc.placeholder("x", (4, 3)), gc.placeholder("y", (4,), dtype="int32")
+    W = gc.variable("W", init=np.ones((3, 2), np.float32))
+    loss = gc.softmax_cross_entropy(gc.cast(x @ W, "float64"), y)
+    with pytest.raises(gc.GCompileError, match=r"Program: parameter W \(3, 2\) float32 and the loss .* float64 have "
+                                               r"different dtypes.*gc.cast\(loss, 'float32'\)"):
+        gc.Program(loss, [W], gc.SGD(lr=0.1))
+    gc.Program(gc.cast(loss, "float32"), [W], gc.Adam())
+
+
 def lr_trajectory(schedule, steps):
     """The learning rate of each step, read off SGD updates of a linear loss (gradient 1)."""
     x = gc.placeholder("x", (1,))
@@ -324,6 +349,21 @@ def test_step_schedule():
     np.testing.assert_allclose(rates, [0.5] * 4 + [0.05] * 2 + [0.005] * 3, rtol=F32)
     with pytest.raises(gc.GCompileError, match="milestones"):
         gc.StepSchedule((0.75, 0.5))
+
+
+@pytest.mark.parametrize("total,milestone,at", [(100, 0.3, 30), (50, 0.6, 30), (50, 0.75, 38), (7, 0.5, 4)])
+def test_step_schedule_milestones_at_their_whole_step_in_float32(total, milestone, at):
+    """A milestone passes at step round(m * total_steps): in float32, 0.3 x 100 is 30.000002, which step 30
+    did not reach (the rate fell a step late)."""
+    p = gc.variable("p", init=np.zeros(1, np.float32))
+    prog = gc.Program(gc.reduce_sum(p), [p], gc.SGD(lr=1.0, schedule=gc.StepSchedule((milestone,), 0.5, total)))
+    ex = gc.NumpyExecutor(prog.train_outputs)
+    rates = []
+    for _ in range(total):
+        before = ex.get_variable("p")[0]
+        ex.run({})
+        rates.append(before - ex.get_variable("p")[0])
+    assert rates == [1.0] * at + [0.5] * (total - at)
 
 
 def test_schedule_names():
