@@ -119,8 +119,11 @@ def test_views_and_assigns_alias_their_source():
     assert (h_buffer.first, h_buffer.last) == (order.index(h), order.index(out))
     assert plan.buffer_of(table).region == "persistent"
     assert all(not is_literal(b.node) for b in plan.buffers)
+    two = update.inputs[1].inputs[1]                           # the scalar 2.0: written into the code, no buffer
     with pytest.raises(gc.GCompileError, match="literal"):
-        plan.offset_of(update.inputs[1].inputs[1])             # the scalar 2.0
+        plan.buffer_of(two)
+    at = plan.offset_of(two)                                   # ... but a pointer to it gets a workspace
+    assert plan.workspaces[f"literal {two.name}"][0] == at == plan.literals[two] >= max(b.end for b in plan.buffers)
 
 
 def test_a_persistent_view_keeps_its_source_persistent():
