@@ -30,6 +30,9 @@ class Program:
         for p in params:
             if p.op != "variable":
                 raise GCompileError(f"Program: parameter {p.describe()} is a {p.op}, not a variable")
+            if not p.attrs.get("trainable", True):   # (it was trained, and --load then left it out of the model)
+                raise GCompileError(f"Program: parameter {p.describe()} was made with trainable=False; a "
+                                    "parameter is what the optimizer trains")
         self.name = name
         self.params = list(params)
         self.optimizer = optimizer

@@ -319,6 +319,13 @@ def test_an_optimizer_needs_parameters_of_the_losss_dtype():
     gc.Program(gc.cast(loss, "float32"), [W], gc.Adam())
 
 
+def test_a_variable_made_untrainable_is_not_a_parameter():
+    W = gc.variable("W", init=np.ones((3, 2), np.float32), trainable=False)
+    loss = gc.reduce_sum(gc.placeholder("x", (4, 3)) @ W)
+    with pytest.raises(gc.GCompileError, match=r"parameter W \(3, 2\) float32 was made with trainable=False"):
+        gc.Program(loss, [W], gc.SGD(lr=0.1))
+
+
 def lr_trajectory(schedule, steps):
     """The learning rate of each step, read off SGD updates of a linear loss (gradient 1)."""
     x = gc.placeholder("x", (1,))
