@@ -104,6 +104,8 @@ def test_gradients_of_one_element_outputs(target, tmp_path, monkeypatch):
                gc.gradients(gc.reduce_sum(gc.avg_pool2d(image, 2)), [image]) +
                gc.gradients(gc.reduce_sum(a @ b), [a, b]) +
                gc.gradients(gc.reduce_sum(gc.conv2d(image, w)), [image, w]))
+    for value in (2.0, 5.0):   # two constants of one name: a slot each (they shared one)
+        outputs.append(gc.reshape(gc.constant(value, name="c"), (1, 1)) @ gc.transpose(b))
     feeds = {p: r.uniform(-1, 1, p.shape).astype(np.float32) for p in (image, a, b, w)}
     assert_compiled_matches_numpy(outputs, feeds, target)
 

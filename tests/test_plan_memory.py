@@ -292,10 +292,12 @@ def test_outputs_and_a_loss_that_fold_into_literals_are_read_back(tmp_path):
     x = gc.placeholder("x", (4, 3))
     W = gc.variable("W", (3, 2), init=gc.init.uniform(-1, 1, seed=1))
     program = gc.Program(gc.reduce_mean(x @ W), [W], gc.SGD(0.1), outputs={
-        "y": x @ W, "scale": gc.constant(2.0) * 3.0, "count": gc.constant(7, dtype="int32")}, name="folded")
+        "y": x @ W, "scale": gc.constant(2.0) * 3.0, "count": gc.constant(7, dtype="int32"),
+        "viewed": gc.reshape(gc.constant(2.0) * 3.0, (1, 1))}, name="folded")   # a view of one: it read 0
     with gc.load(gc.compile(program, target="cpu", out_dir=tmp_path / "outputs")) as m:
         got = m.forward(np.ones((4, 3), np.float32))
         assert (got["scale"].shape, float(got["scale"]), int(got["count"])) == ((), 6.0, 7)
+        assert got["viewed"].tolist() == [[6.0]]
     constant_loss = gc.Program(gc.constant(1.5) * 2.0, [], name="constant_loss")
     with gc.load(gc.compile(constant_loss, target="cpu", out_dir=tmp_path / "loss")) as m:
         assert m.train_step() == 3.0

@@ -267,14 +267,6 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         layout.append({"offset": start, "size": size, "region": "workspace", "lifetime": "always",
                        "what": f"{name}: {plan.workspace_notes[name]}"})
 
-    constants = []
-    placed = [(b.node, b.offset) for b in plan.buffers if b.node.op == "constant" and b.region == "persistent"]
-    for n, at in placed + list(plan.literals.items()):
-        flat = np.asarray(n.attrs["value"]).reshape(-1)
-        constants.append({"ctype": C_TYPES[n.dtype], "offset": at, "nbytes": n.nbytes,
-                          "data": ", ".join(c_literal(v, n.dtype) for v in flat),
-                          "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
-
     read = module.eval_variables   # and the trained parameters the outputs do not read (a head the loss alone uses)
     variables = [tensor_row(v, offset(v), model=v.name in read or v.attrs.get("trainable", True))
                  for v in module.variables]
@@ -311,6 +303,14 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
         ("GC_ROW", trainer["x"].size // module.batch_size if trainer else 1),
         ("GC_CLASSES", trainer["logits"].shape[1] if trainer else 1),
     ]
+    # last, after every offset this function asks for (a literal read through a pointer gets its slot then)
+    constants = []
+    placed = [(b.node, b.offset) for b in plan.buffers if b.node.op == "constant" and b.region == "persistent"]
+    for n, at in placed + list(plan.literals.items()):
+        flat = np.asarray(n.attrs["value"]).reshape(-1)
+        constants.append({"ctype": C_TYPES[n.dtype], "offset": at, "nbytes": n.nbytes,
+                          "data": ", ".join(c_literal(v, n.dtype) for v in flat),
+                          "comment": f"{n.name} {tuple(n.shape)} {n.dtype}"})
     context = {
         "version": __version__, "source": module.source, "name": module.name, "target": target,
         "build_command": build_command,

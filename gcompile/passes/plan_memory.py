@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import GCompileError, PlanError
 from .. import graph as G
+from ..errors import GCompileError, PlanError
 from ..graph import Node
 from .fuse import written_member
 
@@ -69,11 +69,12 @@ def is_literal(node: Node) -> bool:
 
 
 def in_a_buffer(node: Node) -> Node:
-    """node; or, where it is a literal (written into the code where read, so in no buffer), a view of a
-    one-element constant holding its value: an output or the loss is read back from its buffer."""
-    if not is_literal(node):
+    """node; or, where it is a literal or a view of one (written into the code where read, so in no buffer), a
+    view of a one-element constant holding its value: an output or the loss is read back from its buffer."""
+    root = storage_root(node)
+    if not is_literal(root):
         return node
-    return G.reshape(G.constant(np.reshape(node.attrs["value"], (1,)), dtype=node.dtype), ())
+    return G.reshape(G.constant(np.reshape(root.attrs["value"], (1,)), dtype=node.dtype), node.shape)
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,8 @@ class MemoryPlan:
         lies in the arena, for a kernel that reads its operand through a pointer (a GEMM, a window op): a
         workspace that emit's constants table fills when the arena is made. The gradient of a one-element
         output makes such operands: ones_like of a scalar, viewed as (1, 1)."""
-        if literal not in self.literals:
-            self.literals[literal] = self.workspace(f"literal {literal.name}", literal.nbytes,
+        if literal not in self.literals:   # (names need not be unique: one workspace a node)
+            self.literals[literal] = self.workspace(f"literal {literal.name} #{len(self.literals)}", literal.nbytes,
                                                     "a scalar constant read through a pointer")
         return self.literals[literal]
 
