@@ -655,6 +655,18 @@ class Lowering:
                                      f"{seed}ull, {dropout_threshold(rate)}u, {keep})")
 
 
+def accumulator_type(red: Node) -> str:
+    """The C type a sum or mean reduction accumulates in (where the targets' own choice does not apply: the cpu
+    sums floats in double, declare's acc_ctype): an integer mean in int64 (numpy's sums in float64, exact
+    here), an int32 sum in uint32 (it wraps as numpy's int32 result does, without signed overflow, undefined in
+    C++), else the value's type."""
+    if red.dtype in ("float32", "float64"):
+        return C_TYPES[red.dtype]
+    if red.op == "reduce_mean":
+        return "int64_t"
+    return "uint32_t" if red.dtype == "int32" else C_TYPES[red.dtype]
+
+
 class GroupCode:
     """The C statements of one group: every member a local `v<k>` computed in its context — once per slice
     (`o` is the slice; in a GEMM's epilogue the coordinates `b`, `m`, `n`), per element of the slice (`i`
@@ -805,9 +817,8 @@ class GroupCode:
     def accumulator(self, red: Node, context: str) -> tuple[str, bool]:
         """The accumulator of a reduction (shared by identical reductions) and whether it is new."""
         x = red.inputs[0]
-        combine = "max" if red.op == "reduce_max" else "sum"
-        if red.op == "reduce_mean" and red.dtype not in ("float32", "float64"):
-            combine = "sum64"   # in int64 (declare), where an integer sum wraps in its type: not shared
+        # a sum and a mean of one input share a float accumulator; integer ones differ (accumulator_type)
+        combine = "max" if red.op == "reduce_max" else accumulator_type(red)
         key = (combine, x if x in self.inside else self.read(red, 0, context), red.dtype)
         new = key not in self.accumulators
         if new:
@@ -819,6 +830,8 @@ class GroupCode:
         members using it round their own results, as the runtime's softmax did with its double sum."""
         count = get_op(red.op).count(red)
         if red.op != "reduce_mean":
+            if accumulator_type(red) != C_TYPES[red.dtype] and red.dtype not in ("float32", "float64"):
+                return f"const auto {self.var[red]} = ({C_TYPES[red.dtype]}){acc};"   # an int32 sum, wrapped
             return f"const auto {self.var[red]} = {acc};"
         if red.dtype in ("float32", "float64"):
             return f"const auto {self.var[red]} = {acc} * {c_literal(1.0 / count, red.dtype)};"
@@ -834,9 +847,7 @@ class GroupCode:
         init = "0"
         if red.op == "reduce_max":
             init = {"float32": "-INFINITY", "float64": "-INFINITY", "int32": "INT32_MIN"}.get(red.dtype, "0")
-        ctype = C_TYPES[red.dtype]
-        if red.op == "reduce_mean" and red.dtype not in ("float32", "float64"):
-            ctype = "int64_t"   # numpy's integer mean sums in float64, exact here: not wrapped in the value's type
+        ctype = C_TYPES[red.dtype] if red.op == "reduce_max" else accumulator_type(red)
         return {"name": acc, "ctype": ctype, "init": init, "max": "true" if red.op == "reduce_max" else "false",
                 # the cpu target sums floats in double (see runtime/gc_kernels_cpu.h); cuda in the value's type.
                 # A maximum is exact in any type: it stays in the value's type.
