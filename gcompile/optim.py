@@ -56,7 +56,8 @@ class CosineSchedule(Schedule):
 
 class StepSchedule(Schedule):
     """factor = gamma ** (the number of milestones passed); milestones are fractions of total_steps: m passes at
-    step round(m * total_steps) (steps counted from 0), as PyTorch's MultiStepLR at that whole step."""
+    step floor(m * total_steps + 0.5) (steps counted from 0; the product in float64), as PyTorch's MultiStepLR at
+    that whole step."""
 
     def __init__(self, milestones=(0.5, 0.75), gamma: float = 0.1, total_steps: int = 1):
         super().__init__(total_steps)
@@ -69,8 +70,9 @@ class StepSchedule(Schedule):
         step, total = self.progress(dtype)
         factor = None
         for m in self.milestones:
-            # the milestone's whole step: float32's 0.3 x 100 is 30.000002, which step 30 did not reach
-            at = G.cast(G.cast(total * m + 0.5, "int32"), dtype)
+            # the milestone's whole step, from a float64 product: float32's 0.3 x 100 is 30.000002, which step 30
+            # did not reach, and its halves round either way
+            at = G.cast(G.cast(G.cast(total, "float64") * m + 0.5, "int32"), dtype)
             term = G.greater_equal(step, at) * (self.gamma - 1.0) + 1.0
             factor = term if factor is None else factor * term
         return factor

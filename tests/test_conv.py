@@ -358,10 +358,11 @@ def test_step_schedule():
         gc.StepSchedule((0.75, 0.5))
 
 
-@pytest.mark.parametrize("total,milestone,at", [(100, 0.3, 30), (50, 0.6, 30), (50, 0.75, 38), (7, 0.5, 4)])
+@pytest.mark.parametrize("total,milestone,at", [(100, 0.3, 30), (50, 0.6, 30), (50, 0.75, 38), (7, 0.5, 4),
+                                                (5, 0.5, 3), (150, 0.25, 38)])
 def test_step_schedule_milestones_at_their_whole_step_in_float32(total, milestone, at):
-    """A milestone passes at step round(m * total_steps): in float32, 0.3 x 100 is 30.000002, which step 30
-    did not reach (the rate fell a step late)."""
+    """A milestone passes at step floor(m * total_steps + 0.5), halves up: in float32, 0.3 x 100 is 30.000002,
+    which step 30 did not reach (the rate fell a step late)."""
     p = gc.variable("p", init=np.zeros(1, np.float32))
     prog = gc.Program(gc.reduce_sum(p), [p], gc.SGD(lr=1.0, schedule=gc.StepSchedule((milestone,), 0.5, total)))
     ex = gc.NumpyExecutor(prog.train_outputs)
