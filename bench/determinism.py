@@ -101,7 +101,8 @@ def main(argv=None) -> int:
     from gcompile.commands.model_file import add_model_arguments, compile_model
     from gcompile.data import default_data_dir
 
-    parser = argparse.ArgumentParser(prog="python3 -m bench.determinism", description=" ".join(__doc__.split("\n\n")[0].split()))
+    summary = " ".join(__doc__.split("\n\n")[0].split())   # the first paragraph, as one
+    parser = argparse.ArgumentParser(prog="python3 -m bench.determinism", description=summary)
     add_model_arguments(parser)
     parser.add_argument("--runs", type=int, default=20, help="trainer runs (default 20)")
     parser.add_argument("--epochs", type=int, default=2, help="epochs a run (default 2)")

@@ -318,9 +318,11 @@ def cached_artifact(out_dir, name: str, program_key: str) -> Artifact | None:
     if not all(Path(p).exists() for p in (artifact.binary, artifact.library, artifact.init, artifact.source)):
         return None
     digests = {**output_digests(Path(artifact.library), Path(artifact.binary)), **init_digest(Path(artifact.init))}
+    # changed since it was built: a truncated library would kill the process that loads it, a damaged init file
+    # fail every run of the binary
     if not outputs_intact(manifest, digests):
-        return None   # changed since it was built (a truncated library would kill the process that loads it; a
-    return artifact   # damaged init file, every run of the binary)
+        return None
+    return artifact
 
 
 def output_digests(library: Path, binary: Path) -> dict:
@@ -334,8 +336,8 @@ def init_digest(init: Path) -> dict:
 
 
 def outputs_intact(manifest: dict, digests: dict) -> bool:
-    """Whether the files with these digests (output_digests) are the ones the build that wrote `manifest`
-    linked."""
+    """Whether the files with these digests (output_digests, init_digest) are the ones the build that wrote
+    `manifest` made."""
     return None not in digests.values() and all(manifest.get(k) == v for k, v in digests.items())
 
 

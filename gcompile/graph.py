@@ -230,11 +230,23 @@ def matmul(a, b, trans_a: bool = False, trans_b: bool = False):
 def transpose(x, perm: Sequence[int] | None = None):
     if perm is None:
         perm = tuple(reversed(range(len(x.shape))))
-    return Node("transpose", (x,), {"perm": tuple(int(p) for p in perm)})
+    return Node("transpose", (x,), {"perm": whole_numbers("transpose", "perm", perm)})
 
 
 def reshape(x, shape: Sequence[int]):
-    return Node("reshape", (x,), {"shape": tuple(int(d) for d in shape)})
+    return Node("reshape", (x,), {"shape": whole_numbers("reshape", "shape", shape)})   # (-1: the rest)
+
+
+def whole_numbers(op: str, what: str, values) -> tuple[int, ...]:
+    """A sequence of whole numbers as ints (their ranges are the op's infer's to check): 3.9 is not silently 3."""
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise ShapeError(f"{op}: {what} must be a sequence of whole numbers, not {values!r}") from None
+    for v in items:
+        if not is_whole(v):
+            raise ShapeError(f"{op}: {what} {items!r} has {v!r}, not a whole number")
+    return tuple(int(v) for v in items)
 
 
 def broadcast_to(x, shape: Sequence[int]):
@@ -316,7 +328,7 @@ def im2col(x, kernel, stride: int = 1, padding: int = 0):
 def col2im(cols, image_size, kernel, stride: int = 1, padding: int = 0):
     """The adjoint of im2col: (N, C*KH*KW, OH*OW) -> (N, C, H, W), overlapping patch entries summed."""
     return Node("col2im", (cols,), {**_window("col2im", kernel, stride, padding),
-                                    "image_size": tuple(int(d) for d in image_size)})
+                                    "image_size": whole_numbers("col2im", "image_size", image_size)})
 
 
 def conv2d(x, w, b=None, stride: int = 1, padding: int = 0):

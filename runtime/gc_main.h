@@ -120,10 +120,12 @@ static int gc_parse_args(int argc, char** argv, gc_options* o) {
             a = name;
             given = eq + 1;
         }
-        int flag = (!strcmp(a, "--no-shuffle") && is_train) || !strcmp(a, "--no-graph");
-        if (flag && given) return gc_fail(GC_ERR_ARG, "%s takes no value (see --help)", a);
-        if (!strcmp(a, "--no-shuffle") && is_train) { o->shuffle = 0; continue; }
-        if (!strcmp(a, "--no-graph")) { o->graphs = 0; continue; }
+        int* flag = !strcmp(a, "--no-shuffle") && is_train ? &o->shuffle : !strcmp(a, "--no-graph") ? &o->graphs : NULL;
+        if (flag) {
+            if (given) return gc_fail(GC_ERR_ARG, "%s takes no value (see --help)", a);
+            *flag = 0;
+            continue;
+        }
         int train_only = !strcmp(a, "--epochs") || !strcmp(a, "--lr") || !strcmp(a, "--seed") || !strcmp(a, "--save") ||
                          !strcmp(a, "--save-every") || !strcmp(a, "--resume") || !strcmp(a, "--on-nonfinite") ||
                          !strcmp(a, "--log") || !strcmp(a, "--target-acc");
@@ -565,8 +567,8 @@ static int gc_start_state(gc_model* m, const char* argv0, const gc_options* o) {
         GC_TRY(gc_guard_read(m, &g));
         if (g.halted_at >= 0) {   // saved from Python after a non-finite loss: this run goes on from its parameters
             if (is_train)
-                fprintf(stderr, "note: %s was saved after a non-finite loss stopped its updates at step %d; training "
-                        "goes on from its parameters\n", from, g.halted_at);
+                fprintf(stderr, "note: %s was saved after a non-finite loss stopped its updates at step %d of its run "
+                        "(counted from 1); training goes on from its parameters\n", from, g.halted_at + 1);
             int32_t running = -1;
             GC_TRY(gc_set_variable(m, "guard.halted_at", &running, sizeof running));
         }

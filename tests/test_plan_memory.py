@@ -123,7 +123,7 @@ def test_views_and_assigns_alias_their_source():
     with pytest.raises(gc.GCompileError, match="literal"):
         plan.buffer_of(two)
     at = plan.offset_of(two)                                   # ... but a pointer to it gets a workspace
-    assert plan.workspaces[f"literal {two.name}"][0] == at == plan.literals[two] >= max(b.end for b in plan.buffers)
+    assert plan.workspaces[f"literal {two.name} #0"][0] == at == plan.literals[two] >= max(b.end for b in plan.buffers)
 
 
 def test_a_persistent_view_keeps_its_source_persistent():
@@ -302,6 +302,7 @@ def test_outputs_and_a_loss_that_fold_into_literals_are_read_back(tmp_path):
     with gc.load(gc.compile(constant_loss, target="cpu", out_dir=tmp_path / "loss")) as m:
         assert m.train_step() == 3.0
     assert float(gc.Executor([gc.constant(2.0) * 3.0], "cpu").run({})[0]) == 6.0
+
 
 @pytest.mark.parametrize("view", ["x", "x * 1.0", "reshape"])
 def test_an_output_that_is_the_image_input_keeps_its_values(view, tmp_path):

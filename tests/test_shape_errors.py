@@ -140,6 +140,9 @@ CASES = {
                                                                                        "(2, 2, 2)"]),
     "conv2d stride 1.5": (lambda: gc.conv2d(P("x", (1, 1, 6, 9)), P("w", (1, 1, 3, 3)), None, stride=1.5),
                           ["conv2d", "stride must be a whole number", "1.5"]),
+    "reshape to 3.9": (lambda: gc.reshape(P("x", (3, 4)), (3.9, 4)), ["reshape", "(3.9, 4)", "3.9, not a whole"]),
+    "transpose perm 1.0": (lambda: gc.transpose(P("x", (3, 4)), (1.0, 0)), ["transpose", "perm", "1.0, not a whole"]),
+    "col2im image 4.7": (lambda: gc.col2im(P("c", (1, 4, 9)), (4.7, 4), 2), ["col2im", "image_size", "4.7"]),
     "batch_norm of a 1-D x": (lambda: gc.batch_norm(P("v", (4,)), *(gc.variable(n, (4,)) for n in "gbmr")),
                               ["batch_norm", "v (4,) float32", "batch axis and a channel axis"]),
 }
