@@ -102,16 +102,11 @@ def checked_shape(where: str, shape) -> tuple[int, ...]:
     """A static shape as given, checked: a sequence of whole numbers, each at least 1 (a static shape holds
     values in every dimension; 2.5 is not silently 2, nor -3 left to fail at compile time). `where` names
     the node in the error."""
-    try:
-        dims = tuple(shape)
-    except TypeError:
-        raise ShapeError(f"{where}: shape must be a sequence of whole numbers, not {shape!r}") from None
+    dims = whole_numbers(where, "shape", shape)
     for d in dims:
-        if not is_whole(d):
-            raise ShapeError(f"{where}: shape {dims!r} has {d!r}, not a whole number")
         if d < 1:
             raise ShapeError(f"{where}: shape {dims!r} has a dimension of {d}; every dimension must be at least 1")
-    return tuple(int(d) for d in dims)
+    return dims
 
 
 def is_whole(value) -> bool:
