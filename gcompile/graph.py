@@ -360,14 +360,16 @@ def per_image(v, shape):
 
 
 def max_pool2d(x, kernel, stride: int | None = None, padding: int = 0):
-    """Max over kernel windows (padding counts as -inf); stride defaults to the kernel size."""
+    """Max over kernel windows (padding counts as -inf); stride defaults to the kernel's height KH, on both axes
+    (a (2, 3) kernel moves 2 along W too: give stride for another)."""
     window = _window("max_pool2d", kernel, 1 if stride is None else stride, padding)
     window["stride"] = window["stride"] if stride is not None else window["kernel"][0]
     return Node("max_pool2d", (x,), window)
 
 
 def avg_pool2d(x, kernel, stride: int | None = None, padding: int = 0):
-    """Mean over kernel windows (padding counts as zeros, divided by KH*KW); stride defaults to the kernel."""
+    """Mean over kernel windows (padding counts as zeros, divided by KH*KW); stride defaults to the kernel's
+    height KH, on both axes."""
     window = _window("avg_pool2d", kernel, 1 if stride is None else stride, padding)
     window["stride"] = window["stride"] if stride is not None else window["kernel"][0]
     return Node("avg_pool2d", (x,), window)
