@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import DataError, GCompileError
 from .graph import MAX_NDIM
-from .resources import new_temporary
+from .resources import write_atomically
 
 MAGIC = b"GCKPT\0\0\0"
 VERSION = 3
@@ -97,18 +97,7 @@ def write_checkpoint(path, ckpt: Checkpoint) -> None:
     if os.path.exists(target) and not os.path.isfile(target):
         raise DataError(f"{path}: {'a folder' if os.path.isdir(target) else 'a device, fifo or socket'}, not a "
                         "regular file: a checkpoint is not written there")
-    directory = os.path.dirname(target)
-    fd, tmp = new_temporary(directory, os.path.basename(target) + ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(target, lambda f: f.write(data), prefix=os.path.basename(target) + ".")
 
 
 def checked_path(path):

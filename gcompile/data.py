@@ -45,8 +45,9 @@ from typing import Callable
 
 import numpy as np
 
+from . import resources
 from .errors import DataError
-from .resources import file_lock, make_folder, new_temporary, sha256_of
+from .resources import file_lock, make_folder, sha256_of
 
 SPLITS = ("train", "valid", "test")
 KINDS = ("images", "labels")
@@ -107,28 +108,15 @@ def default_data_dir(name: str) -> Path:
 
 
 def write_atomically(path: Path, write: Callable) -> None:
-    """Call `write(file)` on a temporary file beside `path`, then rename it to `path`."""
-    os.replace(write_temporary(path, write), path)
+    """Call `write(file)` on a temporary file beside `path`, then rename it to `path`; DataError for a write
+    error (resources.write_atomically)."""
+    resources.write_atomically(path, write, error=DataError)
 
 
 def write_temporary(path: Path, write: Callable) -> Path:
     """Call `write(file)` on a temporary file beside `path` (`.<name>.<random>.tmp`) and return its path; it
     is removed if writing fails. A write error (no room, no permission) is a DataError naming `path`."""
-    try:
-        fd, tmp = new_temporary(path.parent, f".{path.name}.")
-    except OSError as e:
-        raise DataError(f"{path}: cannot write: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise DataError(f"{path}: cannot write: {e.strerror or e}") from None
-        raise
-    return Path(tmp)
+    return resources.write_temporary(path, write, error=DataError)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,6 +64,43 @@ def new_temporary(folder, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", os.fsdecode(folder))
 
 
+def write_temporary(path, write, prefix: str | None = None, error=None) -> Path:
+    """Call `write(file)` on a new temporary file beside `path` (new_temporary, named `prefix` + random +
+    `.tmp`; by default `.<name>.`), flushed to the disk, and return its path; it is removed if writing fails.
+    With `error` (an exception class), an OSError (no room, no permission) becomes that error naming `path`."""
+    path = Path(path)
+    try:
+        fd, tmp = new_temporary(path.parent, f".{path.name}." if prefix is None else prefix)
+    except OSError as e:
+        if error is None:
+            raise
+        raise error(f"{path}: cannot write: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and error is not None:
+            raise error(f"{path}: cannot write: {e.strerror or e}") from None
+        raise
+    return Path(tmp)
+
+
+def write_atomically(path, write, prefix: str | None = None, error=None) -> None:
+    """write_temporary, then the temporary file renamed to `path` (removed if the rename fails): `path` holds
+    the old file or the whole new one, never part of it."""
+    tmp = write_temporary(path, write, prefix, error)
+    try:
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and error is not None:
+            raise error(f"{path}: cannot write: {e.strerror or e}") from None
+        raise
+
+
 def sha256_of(path) -> str:
     """The SHA-256 of a file's bytes (hex), read a megabyte at a time; OSError if it cannot be read."""
     digest = hashlib.sha256()
