@@ -84,6 +84,9 @@ class Executor:
 
     def __init__(self, nodes, target: str = "numpy", precision: str = "fp32"):
         self.nodes = list(nodes)
+        # every placeholder of the graph may be fed, one that simplify left unread too (zeros_like(s)): the
+        # feeds NumpyExecutor needs serve every target
+        self.placeholders = {n.name for n in topological_order(self.nodes) if n.op == "placeholder"}
         self.target = target
         self.precision = check_precision(precision)
         if target == "numpy":
@@ -110,9 +113,7 @@ class Executor:
         feeds = {(k.name if isinstance(k, Node) else k): v for k, v in (feed_dict or {}).items()}
         specs = model.manifest["eval_inputs"]
         missing = [s["name"] for s in specs if s["name"] not in feeds]
-        # a placeholder of the graph that simplify left unread (zeros_like(s)) is fed, as NumpyExecutor needs
-        placeholders = {n.name for n in topological_order(self.nodes) if n.op == "placeholder"}
-        unknown = sorted(set(feeds) - placeholders - {s["name"] for s in specs})
+        unknown = sorted(set(feeds) - self.placeholders)
         if missing or unknown:
             raise GCompileError(f"Executor.run: missing feeds {missing}, unknown feeds {unknown}")
         outputs = model.forward(*(feeds[s["name"]] for s in specs))
