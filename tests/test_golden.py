@@ -69,6 +69,12 @@ def op_cases():
         ("int_mean", lambda x: gc.reduce_mean(x, 1), [np.array([[2 * 10**9] * 3, [1, 2, 4], [-1, -2, -4]])]),
         ("uint8_mean", lambda x: gc.cast(gc.reduce_mean(gc.cast(x, "uint8"), 1), "int32"),
          [np.array([[200, 200, 200, 200], [10, 20, 30, 41]])]),
+        # int32 +, -, * and negation wrap as numpy's do (C++'s signed overflow is undefined: the compiler
+        # folded `x + 1 >= x` to 1 at INT32_MAX); a maximum's accumulator keeps its type
+        ("int_wrap", lambda x: gc.greater_equal(x + 1, x) + gc.greater_equal(x, x - 1) * 2 +
+         gc.greater_equal(x * 2, x) * 4 + gc.greater_equal(-x, 0) * 8,
+         [np.array([[2**31 - 1, -2**31, 5, 2**30, -3, 0]])]),
+        ("int_max", lambda x: gc.reduce_max(x * 3, 1), [np.array([[2**30, 7, -2**31], [-5, -9, -2]])]),
         # a sum (wrapping in its type) and a mean (in int64) of one input: two accumulators, not one
         ("int_sum_and_mean", lambda x: gc.reduce_sum(x, 1) + gc.reduce_mean(x, 1), [np.full((2, 3), 2**30)]),
         ("uint8_sum_and_mean", lambda x: gc.cast(gc.reduce_sum(gc.cast(x, "uint8"), 1) +

@@ -15,6 +15,8 @@ class Elementwise(Op):
     arity = 1
     float_only = False
     c_expr = ""
+    wraps = False   # on int32, c_expr runs on uint32_t operands: it wraps as numpy's int32 arrays do (signed
+                    # overflow is undefined in C++: the compiler folded `x + 1 >= x` to 1 at INT32_MAX)
 
     def infer(self, node):
         if self.float_only:
@@ -26,21 +28,21 @@ class Elementwise(Op):
 # --- binary arithmetic ---------------------------------------------------------------------------
 @register
 class Add(Elementwise):
-    name, arity, c_expr = "add", 2, "({0} + {1})"
+    name, arity, c_expr, wraps = "add", 2, "({0} + {1})", True
     def compute(self, node, a, b): return a + b
     def grad(self, node, g): return [g, g]
 
 
 @register
 class Sub(Elementwise):
-    name, arity, c_expr = "sub", 2, "({0} - {1})"
+    name, arity, c_expr, wraps = "sub", 2, "({0} - {1})", True
     def compute(self, node, a, b): return a - b
     def grad(self, node, g): return [g, -g]
 
 
 @register
 class Mul(Elementwise):
-    name, arity, c_expr = "mul", 2, "({0} * {1})"
+    name, arity, c_expr, wraps = "mul", 2, "({0} * {1})", True
     def compute(self, node, a, b): return a * b
     def grad(self, node, g):
         a, b = node.inputs
@@ -99,7 +101,7 @@ class Equal(Elementwise):
 # --- unary ------------------------------------------------------------------------------------
 @register
 class Neg(Elementwise):
-    name, c_expr = "neg", "(-{0})"
+    name, c_expr, wraps = "neg", "(-{0})", True
     def compute(self, node, x): return -x
     def grad(self, node, g): return [-g]
 

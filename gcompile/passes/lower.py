@@ -656,11 +656,11 @@ class Lowering:
 
 
 def accumulator_type(red: Node) -> str:
-    """The C type a sum or mean reduction accumulates in (where the targets' own choice does not apply: the cpu
-    sums floats in double, declare's acc_ctype): an integer mean in int64 (numpy's sums in float64, exact
-    here), an int32 sum in uint32 (it wraps as numpy's int32 result does, without signed overflow, undefined in
-    C++), else the value's type."""
-    if red.dtype in ("float32", "float64"):
+    """The C type a reduction accumulates in (where the targets' own choice does not apply: the cpu sums floats
+    in double, declare's acc_ctype): a maximum in its value's type, an integer mean in int64 (numpy's sums in
+    float64, exact here), an int32 sum in uint32 (it wraps as numpy's int32 result does, without signed
+    overflow, undefined in C++), else the value's type."""
+    if red.dtype in ("float32", "float64") or red.op == "reduce_max":
         return C_TYPES[red.dtype]
     if red.op == "reduce_mean":
         return "int64_t"
@@ -802,7 +802,10 @@ class GroupCode:
             own = self.index(self.layout.coef[m], context)
             return f"({ctype})({operands[0]} == (int32_t)(({own}) % {depth}) ? 1 : 0)"
         attrs = {key: c_literal(v, m.dtype) for key, v in m.attrs.items() if isinstance(v, float)}
-        return f"({ctype})({get_op(m.op).c_expr.format(*operands, **attrs)})"
+        op = get_op(m.op)
+        if op.wraps and m.dtype == "int32":
+            operands = [f"(uint32_t)({x})" for x in operands]
+        return f"({ctype})({op.c_expr.format(*operands, **attrs)})"
 
     def define(self, m: Node, context: str, out: list, done: set):
         """Append the statements computing m (and the members of the same context it needs) to `out`."""
@@ -830,7 +833,7 @@ class GroupCode:
         members using it round their own results, as the runtime's softmax did with its double sum."""
         count = get_op(red.op).count(red)
         if red.op != "reduce_mean":
-            if accumulator_type(red) != C_TYPES[red.dtype] and red.dtype not in ("float32", "float64"):
+            if accumulator_type(red) != C_TYPES[red.dtype]:
                 return f"const auto {self.var[red]} = ({C_TYPES[red.dtype]}){acc};"   # an int32 sum, wrapped
             return f"const auto {self.var[red]} = {acc};"
         if red.dtype in ("float32", "float64"):
@@ -847,7 +850,7 @@ class GroupCode:
         init = "0"
         if red.op == "reduce_max":
             init = {"float32": "-INFINITY", "float64": "-INFINITY", "int32": "INT32_MIN"}.get(red.dtype, "0")
-        ctype = C_TYPES[red.dtype] if red.op == "reduce_max" else accumulator_type(red)
+        ctype = accumulator_type(red)
         return {"name": acc, "ctype": ctype, "init": init, "max": "true" if red.op == "reduce_max" else "false",
                 # the cpu target sums floats in double (see runtime/gc_kernels_cpu.h); cuda in the value's type.
                 # A maximum is exact in any type: it stays in the value's type.
