@@ -339,6 +339,8 @@ def conv2d(x, w, b=None, stride: int = 1, padding: int = 0):
     n, c, h, wd = x.shape
     cout, _, kh, kw = w.shape
     _window("conv2d", (kh, kw), stride, padding)
+    from .ops.conv import out_size   # the errors name conv2d, not the im2col it is lowered to
+    oh, ow = out_size("conv2d", x, h, kh, stride, padding), out_size("conv2d", x, wd, kw, stride, padding)
     if (kh, kw, stride, padding) == (1, 1, 1, 0):
         cols = reshape(x, (n, c, h * wd))  # a 1x1 convolution reads the image itself
     else:
@@ -348,8 +350,7 @@ def conv2d(x, w, b=None, stride: int = 1, padding: int = 0):
         if b.shape != (cout,):
             raise ShapeError(f"conv2d: bias {b.describe()} must have shape ({cout},) for weights {w.describe()}")
         out = out + per_image(b, (n, cout, 1))
-    from .ops.conv import windows_of
-    return reshape(out, (n, cout, windows_of(h, kh, stride, padding), windows_of(wd, kw, stride, padding)))
+    return reshape(out, (n, cout, oh, ow))
 
 
 def per_image(v, shape):

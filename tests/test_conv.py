@@ -95,7 +95,7 @@ def test_conv_shape_errors_name_the_op_and_shapes():
         gc.conv2d(x, gc.placeholder("w", (4, 2, 3, 3)))
     with pytest.raises(gc.ShapeError, match=r"bias .* must have shape \(4,\)"):
         gc.conv2d(x, gc.placeholder("w", (4, 3, 3, 3)), gc.placeholder("b", (3,)))
-    with pytest.raises(gc.ShapeError, match="im2col: kernel 9 is larger than the padded input"):
+    with pytest.raises(gc.ShapeError, match="conv2d: kernel 9 is larger than the padded input"):
         gc.conv2d(x, gc.placeholder("w", (4, 3, 9, 9)))
     with pytest.raises(gc.ShapeError, match="stride >= 1"):
         gc.conv2d(x, gc.placeholder("w", (4, 3, 3, 3)), stride=0)
