@@ -6,6 +6,7 @@ import pytest
 
 import gcompile as gc
 from gcompile.passes import plan_memory, schedule, simplify
+from gcompile.pipeline import compile_program
 from graphs import mlp_program
 
 
@@ -79,14 +80,27 @@ def test_reads_of_the_assigned_value_come_after_the_assign():
     assert order.index(update) < order.index(after)
 
 
-@pytest.mark.parametrize("build", [
-    lambda v: [gc.assign(v, v * 2.0), gc.assign(v, v * 3.0)],            # two writes of one variable
-    lambda v: [v + gc.neg(gc.assign(v, v * 2.0))],                       # old and new value in one op
+@pytest.mark.parametrize("build, message", [
+    (lambda v: [gc.assign(v, v * 2.0), gc.assign(v, v * 3.0)],            # two writes of one variable
+     r"variable v \(3,\) float32 is assigned 2 times in one step \(assign_\d+, assign_\d+\)"),
+    (lambda v: [v + gc.neg(gc.assign(v, v * 2.0))],                       # old and new value in one op
+     "assign must come after every read"),
 ])
-def test_unschedulable_writes_are_reported(build):
+def test_unschedulable_writes_are_reported(build, message):
     v = gc.variable("v", (3,))
-    with pytest.raises(gc.GCompileError, match="assign must come after every read"):
+    with pytest.raises(gc.GCompileError, match=message):
         schedule(build(v))
+
+
+def test_two_batch_norms_sharing_running_statistics_name_the_variable():
+    x, y = gc.placeholder("x", (4, 3)), gc.placeholder("y", (4,), dtype="int32")
+    gamma, beta = gc.variable("gamma", (3,), init=gc.init.ones()), gc.variable("beta", (3,), init=gc.init.zeros())
+    stats = [gc.variable(n, (3,), init=v, trainable=False) for n, v in (("mean", gc.init.zeros()),
+                                                                       ("var", gc.init.ones()))]
+    h = gc.batch_norm(gc.batch_norm(x, gamma, beta, *stats), gamma, beta, *stats)
+    program = gc.Program(gc.softmax_cross_entropy(h, y), params=[gamma, beta], optimizer=gc.SGD(lr=0.1))
+    with pytest.raises(gc.GCompileError, match=r"variable (mean|var) \(3,\) float32 is assigned 2 times"):
+        compile_program(program, "cpu")
 
 
 def temporary_peak(outputs, order):

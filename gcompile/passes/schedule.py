@@ -77,6 +77,15 @@ def dependences(outputs: list[Node]) -> nx.DiGraph:
         deps.add_node(n)
         deps.add_edges_from((n, c) for c in operands)
         need[n] = peak_need(operands, n, need)
+    writers = {}
+    for a in nodes:
+        for var in get_op(a.op).writes(a):
+            writers.setdefault(var, []).append(a)
+    for var, by in writers.items():
+        if len(by) > 1:
+            raise GCompileError(f"schedule: variable {var.describe()} is assigned {len(by)} times in one step "
+                                f"({', '.join(a.name for a in by)}); a variable can be assigned once a step (two "
+                                f"batch_norms given the same running statistics, or a parameter updated twice)")
     for a in nodes:
         for var in get_op(a.op).writes(a):
             deps.add_edges_from((a, reader) for reader in nodes
@@ -84,8 +93,8 @@ def dependences(outputs: list[Node]) -> nx.DiGraph:
     if not nx.is_directed_acyclic_graph(deps):
         cycle = [user.name for user, _ in nx.find_cycle(deps)]
         raise GCompileError(f"schedule: cannot order {' needs '.join(cycle + cycle[:1])}: an assign must come "
-                            f"after every read of its variable's old value, so a variable cannot be assigned "
-                            f"twice, nor its old and new value meet in one computation")
+                            f"after every read of its variable's old value, so its old and new value cannot "
+                            f"meet in one computation")
     deps.add_edges_from(("outputs", c) for c in hungriest_first(dict.fromkeys(outputs), need))
     return deps
 
