@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -84,14 +85,36 @@ def resolve(artifact) -> dict:
         raise GCompileError(f"{path}: not a gcompile manifest: {e}") from None
 
 
+_models = weakref.WeakSet()   # every Model of this process, for the fork handler below
+
+
+def _after_fork_in_child():
+    """A forked child has only the forking thread: a model another thread was inside a call to would keep its
+    lock held forever (the child hung at its next call), and its arena may hold part of that call. Each model
+    gets a new lock; one that was in use is marked, and its calls say so."""
+    for model in list(_models):
+        if model._lock.acquire(blocking=False):
+            model._lock.release()
+        else:
+            model._forked_mid_call = True
+        model._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Model:
     """A loaded program. `params` (all variables by name), `train_step(*inputs) -> loss`, `forward(*inputs)
     -> dict`, `predict(x) -> first output`, `time_steps(steps, which) -> seconds`, `save(path)`, `load(path)`,
     `close()`. One model may be shared by threads: its calls into the library take turns (the arena holds one
-    batch), and close() waits for the call in progress."""
+    batch), and close() waits for the call in progress. In a child forked while another thread was inside a
+    call, the model's calls raise (load it again there); close() still frees it."""
+
+    _forked_mid_call = False
 
     def __init__(self, artifact, initial: bool = True):
         self._lock = threading.RLock()
+        _models.add(self)
         self.manifest = resolve(artifact)
         if self.manifest.get("sanitize") and not sanitizer_runtime_loaded():
             raise GCompileError(f"{self.manifest['artifact']['library']}: built with sanitize=True; loading it into "
@@ -113,6 +136,10 @@ class Model:
     def _live(self):
         if getattr(self, "handle", None) is None:
             raise GCompileError(f"model {self.manifest['name']!r} is closed")
+        if self._forked_mid_call:
+            raise GCompileError(f"model {self.manifest['name']!r}: this process was forked while another thread "
+                                f"was inside a call to it, so this copy of its memory may hold part of that call; "
+                                f"load the model again in this process")
         return self.handle
 
     def _call(self, fn: str, *args) -> None:

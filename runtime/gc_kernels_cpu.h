@@ -4,7 +4,17 @@
 // accumulated in double: at the reference experiment's lr = 1.0 the training trajectory amplifies float32
 // rounding, and double accumulation keeps the cpu target on the float64 trajectory.
 #include <omp.h>
+#include <pthread.h>
 #include <vector>
+
+// OpenMP's thread pool does not survive fork(): a child's first parallel region waited forever for threads
+// it does not have (a Python process that forked, multiprocessing's default on Linux, then called a loaded
+// model). After a fork the child runs every parallel loop on its calling thread (GC_PARALLEL is false there;
+// the results are the same: each output is summed by one thread in a fixed order). The parent is unchanged.
+static int gc_forked = 0;
+static void gc_note_fork(void) { gc_forked = 1; }
+__attribute__((constructor)) static void gc_watch_fork(void) { pthread_atfork(NULL, NULL, gc_note_fork); }
+#define GC_PARALLEL (!gc_forked)
 
 // GEMM (signature and meaning in gc_gemm.h; the tile is a cuda setting and ignored here). Loop orders are
 // chosen per transpose case so the innermost loop is contiguous; each output is summed in double by one
@@ -26,7 +36,7 @@ struct gc_cpu_rows {
 template <typename T, bool TA, bool TB, class Tile, class Ep, class AT>
 static int gc_gemm_cpu(AT a, const T* B, T* C, int M, int N, int K, Ep ep, int batch, long long sb, long long sc) {
     GC_TRY(gc_gemm_check<Tile>(M, N, K, batch));
-#pragma omp parallel
+#pragma omp parallel if (GC_PARALLEL)
     {
         std::vector<double> acc(N);
 #pragma omp for schedule(static) collapse(2)
@@ -79,7 +89,7 @@ static int gc_gemm(gc_rows A, const T* B, T* C, int M, int N, int K, Ep ep, int 
 template <typename IMG>
 static int gc_gather(const IMG* images, const int32_t* labels, const gc_cursor* cursor, int64_t first, int count,
                      int row, float scale, float* x, int32_t* y, int batch, const float* loss, double* sums) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (GC_PARALLEL)
     for (int b = 0; b < batch; b++) {
         const uint32_t src = gc_batch_source(cursor, first, count, batch, b);
         const IMG* in = images + (int64_t)src * row;

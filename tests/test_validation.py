@@ -541,6 +541,39 @@ def test_a_model_shared_by_threads_takes_turns(artifact):
     assert done.returncode == 0 and "model 'small' is closed" in done.stdout, (done.returncode, done.stderr)
 
 
+def test_a_child_forked_during_another_threads_call_does_not_hang(artifact):
+    """A forked child inherited the model's lock held by a thread it does not have: its next call waited
+    forever. Now that model's calls raise in the child, and a model no thread was using works there."""
+    script = textwrap.dedent(f"""
+        import os, threading, numpy as np, gcompile as gc
+        busy, idle = gc.load({artifact.manifest!r}), gc.load({artifact.manifest!r})
+        x = np.ones(({BATCH}, {FEATURES}), np.float32)
+        want = idle.predict(x).copy()
+        inside, leave = threading.Event(), threading.Event()
+        def call():   # holds the model as a call in progress does
+            with busy._lock:
+                inside.set()
+                leave.wait()
+        t = threading.Thread(target=call)
+        t.start()
+        inside.wait()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                busy.predict(x)
+                os._exit(10)
+            except gc.GCompileError as e:
+                ok = "forked while another thread was inside a call" in str(e)
+            busy.close()
+            os._exit(0 if ok and np.array_equal(idle.predict(x), want) else 11)
+        leave.set()
+        t.join()
+        print("child", os.waitpid(pid, 0)[1] >> 8, np.array_equal(busy.predict(x), want))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "child 0 True" in done.stdout, (done.stdout, done.stderr)
+
+
 def test_saves_to_one_path_at_once_each_write_a_whole_file(artifact, tmp_path):
     """Each save has a temporary file of its own (they shared `path.tmp.<pid>`: saves failed, and a reader saw
     half-written files at the path)."""
