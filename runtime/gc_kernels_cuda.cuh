@@ -772,14 +772,19 @@ struct gc_row_mma_shape {
     // (WK > 1: the shares' partial sums, then a word a thread: gc_row_mma's anchor)
     static constexpr int PARTIAL = WK > 1 ? WK * R * LDP + GC_BLOCK : 0;
     static constexpr size_t bytes = (size_t)(R * LDA + PARTIAL) * sizeof(float);
-    static constexpr bool covers() {   // every column below N in one tile's 16, once
-        for (int n = 0; n < N; n++) {
-            int times = 0;
-            for (int j = 0; j < MT; j++)
-                for (int i = 0; i < 16; i++) times += col(SWZ, j, i) == n;
-            if (times != 1) return false;
-        }
-        return true;
+    static constexpr bool covers() {   // every column below N in one tile's 16, once (one pass over the tiles:
+        bool seen[N] = {};              // a loop over N for each column went past nvcc's constexpr budget at N ~ 700)
+        int below = 0;
+        for (int j = 0; j < MT; j++)
+            for (int i = 0; i < 16; i++) {
+                const int n = col(SWZ, j, i);
+                if (n < N) {
+                    if (seen[n]) return false;
+                    seen[n] = true;
+                    below++;
+                }
+            }
+        return below == N;
     }
     static_assert(covers(), "gc_row_mma: the tiles' columns cover C's");
 };
