@@ -87,15 +87,19 @@ def gencode_flags(arch: str) -> list[str]:
 
 
 def check_wgmma_arch(kernels: dict, arch: str) -> None:
-    """A program whose GEMMs have wgmma tiles (precision tf32 on the sm_90 calibration) runs on sm_90a machine
-    code only: refuse an arch list without sm_90 before nvcc runs, naming the GEMMs."""
+    """A program whose GEMMs have wgmma tiles (precision tf32 on the sm_90 calibration, or an fp32 tuning
+    record's tf32-parts wgmma tiles) runs on sm_90a machine code only: refuse an arch list without sm_90 before
+    nvcc runs, naming the GEMMs and what chose their tiles."""
     from .gemm_tiles import Tile
-    wgmma = [k.name for ks in kernels.values() for k in ks
-             if k.kind == "matmul" and Tile.parse(k.values["tile"])[0].wgmma]
+    tiles = {k.name: Tile.parse(k.values["tile"])[0] for ks in kernels.values() for k in ks if k.kind == "matmul"}
+    wgmma = [name for name, tile in tiles.items() if tile.wgmma]
     if wgmma and not {item.strip() for item in arch.split(",")} & {"sm_90", "sm_90a"}:
-        raise BuildError(f"arch {arch!r}: the GEMMs {', '.join(wgmma)} have wgmma tiles (tf32 tensor cores of the "
-                         "H100 and H200), which need sm_90 machine code: add sm_90 to the arch list, or build with "
-                         "precision fp32")
+        ways = (["build with precision fp32"] if any(not tiles[n].parts for n in wgmma) else []) + \
+               (["build without the tuning record that chose fp32 wgmma tiles (as tf32 parts)"]
+                if any(tiles[n].parts for n in wgmma) else [])
+        raise BuildError(f"arch {arch!r}: the GEMMs {', '.join(wgmma)} have wgmma tiles (tensor cores of the H100 "
+                         f"and H200), which need sm_90 machine code: add sm_90 to the arch list, or "
+                         f"{', or '.join(ways)}")
 
 
 def compile_flags(target: str, arch: str | None, cudart: str = "static",

@@ -67,13 +67,16 @@ def program_digest(simplified: str, precision: str) -> str:
 
 
 def read_record(tuning) -> dict:
-    """A tuning record from a dict or a JSON file's path, its fields checked."""
+    """A tuning record from a dict or a JSON file's path, its fields checked; the copy returned carries
+    "source" (the file, or "tuning record"), which the later checks' messages name."""
     if isinstance(tuning, (str, Path)):
         path = Path(tuning)
         try:
-            record = json.loads(path.read_text())
+            record = json.loads(path.read_bytes().decode())
         except OSError as e:
             raise GCompileError(f"{path}: cannot read the tuning record ({e.strerror})") from None
+        except UnicodeDecodeError as e:
+            raise GCompileError(f"{path}: not a tuning record: not UTF-8 text (byte {e.start})") from None
         except json.JSONDecodeError as e:
             raise GCompileError(f"{path}: not a tuning record: invalid JSON at line {e.lineno} column {e.colno} "
                                 f"({e.msg})") from None
@@ -82,23 +85,36 @@ def read_record(tuning) -> dict:
         record, where = tuning, "tuning record"
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise GCompileError(f"{where}: not a tuning record (expected \"format\": \"{FORMAT}\")")
-    for e in record.get("kernels", None) or []:
-        if not isinstance(e, dict) or not {"kernel", "m", "n", "k", "tile", "split"} <= set(e):
-            raise GCompileError(f"{where}: kernel entry {e!r} lacks kernel, m, n, k, tile or split")
     if not isinstance(record.get("kernels"), list) or not isinstance(record.get("program"), str):
         raise GCompileError(f"{where}: a tuning record needs \"program\" and a \"kernels\" list")
-    return record
+    seen = set()
+    for e in record["kernels"]:
+        if not isinstance(e, dict) or not {"kernel", "m", "n", "k", "tile", "split"} <= set(e):
+            raise GCompileError(f"{where}: kernel entry {e!r} lacks kernel, m, n, k, tile or split")
+        wrong = [f for f, kind in (("kernel", str), ("tile", str), ("m", int), ("n", int), ("k", int),
+                                   ("split", int))
+                 if not isinstance(e[f], kind) or isinstance(e[f], bool)]
+        if wrong:
+            raise GCompileError(f"{where}: kernel entry {e['kernel']!r}: " + ", ".join(
+                f"{f} must be {'a string' if f in ('kernel', 'tile') else 'a whole number'}, not {e[f]!r}"
+                for f in wrong))
+        if e["kernel"] in seen:
+            raise GCompileError(f"{where}: kernel {e['kernel']!r} is listed twice")
+        seen.add(e["kernel"])
+    return {**record, "source": where}
 
 
 def record_tiles(record: dict, simplified: str, precision: str) -> dict:
-    """{kernel name: (tile name, split)} of a record, after checking it was made for this program."""
+    """{kernel name: (tile name, split, the record's source)} of a record, after checking it was made for this
+    program."""
+    where = record.get("source", "tuning record")
     if record.get("precision", precision) != precision:
-        raise GCompileError(f"the tuning record was made with precision {record['precision']!r}, this build is "
-                            f"{precision!r}: tune again with --precision {precision}")
+        raise GCompileError(f"{where}: the tuning record was made with precision {record['precision']!r}, this "
+                            f"build is {precision!r}: tune again with --precision {precision}")
     if record["program"] != program_digest(simplified, precision):
-        raise GCompileError(f"the tuning record (program {record.get('name', '?')!r}) was made for another graph "
-                            "or other shapes than this program's: tune this program (gcompile tune)")
-    return {e["kernel"]: (e["tile"], int(e["split"])) for e in record["kernels"]}
+        raise GCompileError(f"{where}: the tuning record (program {record.get('name', '?')!r}) was made for another "
+                            "graph or other shapes than this program's: tune this program (gcompile tune)")
+    return {e["kernel"]: (e["tile"], e["split"], where) for e in record["kernels"]}
 
 
 def check_applied(record: dict, kernels: dict) -> None:
@@ -107,8 +123,9 @@ def check_applied(record: dict, kernels: dict) -> None:
     for e in record["kernels"]:
         v = gemms.get(e["kernel"])
         if v is None or (v["m"], v["n"], v["k"]) != (e["m"], e["n"], e["k"]):
-            raise GCompileError(f"the tuning record names GEMM kernel {e['kernel']} ({e['m']}x{e['n']}x{e['k']}), "
-                                "which this program does not have: tune this program again")
+            raise GCompileError(f"{record.get('source', 'tuning record')}: the tuning record names GEMM kernel "
+                                f"{e['kernel']} ({e['m']}x{e['n']}x{e['k']}), which this program does not have: "
+                                "tune this program again")
 
 
 def gemm_sites(compiled, step: str = "train") -> list[dict]:

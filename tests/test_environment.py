@@ -2,6 +2,7 @@
 than memory; and the fallback to the cpu target that `make demo` relies on."""
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,6 +63,14 @@ def test_wgmma_tiles_need_sm_90_in_the_arch_list(tmp_path):
     for arch in ("sm_90", "sm_80,sm_90a,compute_90"):
         build.check_wgmma_arch(kernels, arch)
     build.check_wgmma_arch(compile_program(program, "cuda", precision="fp32").kernels, "sm_80")
+    with pytest.raises(gc.BuildError, match="or build with precision fp32$"):
+        build.check_wgmma_arch(kernels, "sm_80")
+    # an fp32 record's wgmma tiles (tf32 parts): the record chose them, not the precision
+    from gcompile.tune import read_record
+    record = read_record(Path(__file__).resolve().parents[1] / "bench" / "tuned" / "nvidia-h100-80gb-hbm3" /
+                         "mnist_mlp_b1000_fp32.json")
+    with pytest.raises(gc.BuildError, match="or build without the tuning record that chose fp32 wgmma tiles"):
+        build.check_wgmma_arch(compile_program(program, "cuda", precision="fp32", tuning=record).kernels, "sm_80")
 
 
 def huge_program(elements: int):

@@ -1,6 +1,7 @@
 """Tuning records (gcompile/tune.py): what they apply, what they refuse; gc.tune itself on the GPU."""
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -98,6 +99,30 @@ def test_a_record_for_another_program_or_an_unusable_tile_is_refused(tmp_path):
         read_record(tmp_path / "other.json")
     with pytest.raises(gc.GCompileError, match="lacks kernel"):
         read_record({**record, "kernels": [{"kernel": "k0"}]})
+    # wrong types are refused with the entry and the field (they raised TypeError / ValueError, or a split of
+    # 8.9 became 8), a file that is not text too, and a kernel listed twice (the last entry won)
+    entry = record["kernels"][0]
+    for change, message in ((5, "needs \"program\" and a \"kernels\" list"),
+                            ([{**entry, "split": "abc"}], "split must be a whole number, not 'abc'"),
+                            ([{**entry, "split": None}], "split must be a whole number, not None"),
+                            ([{**entry, "split": 8.9}], "split must be a whole number, not 8.9"),
+                            ([{**entry, "split": True}], "split must be a whole number, not True"),
+                            ([{**entry, "tile": 7, "m": "64"}], "tile must be a string, not 7, m must be"),
+                            ([entry, entry], "kernel 'k0' is listed twice")):
+        path = tmp_path / "typed.json"
+        path.write_text(json.dumps({**record, "kernels": change}))
+        with pytest.raises(gc.GCompileError, match=f"{re.escape(str(path))}: .*{re.escape(message)}"):
+            read_record(path)
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(gc.GCompileError, match="binary.json: not a tuning record: not UTF-8 text \\(byte 0\\)"):
+        read_record(tmp_path / "binary.json")
+    # the checks after reading name the file too
+    path = tmp_path / "split3.json"
+    path.write_text(json.dumps({**record, "kernels": [{**entry, "split": 3}]}))
+    with pytest.raises(gc.GCompileError, match=f"{re.escape(str(path))}: lower: kernel k0.* split 3 does not fit"):
+        compile_program(program, "cuda", "mnist_mlp", tuning=read_record(path))
+    with pytest.raises(gc.GCompileError, match=f"{re.escape(str(path))}: the tuning record was made with precision"):
+        compile_program(program, "cuda", "mnist_mlp", precision="tf32", tuning=read_record(path))
     with pytest.raises(gc.GCompileError, match="tiles of the cuda target, not 'cpu'"):
         gc.compile(program, target="cpu", out_dir=tmp_path / "cpu", tuning=record)
 

@@ -191,7 +191,7 @@ class Lowering:
         self.plan = plan
         self.direction = direction
         self.precision = precision     # "fp32" or "tf32": the GEMMs' arithmetic (gemm_tiles.py)
-        self.tiles = tiles or {}       # {kernel_key: (tile name, split)}: tuned GEMM tiles
+        self.tiles = tiles or {}       # {kernel_key: (tile name, split[, record])}: tuned tiles
         self.target = target
 
     def pointer(self, node: Node, const=True) -> str:
@@ -573,11 +573,12 @@ class Lowering:
         precision = self.precision if dtype == "float32" else "fp32"
         key = kernel_key(self.name)
         if key in self.tiles:
-            name, split = self.tiles[key]
+            name, split, *source = self.tiles[key]   # (a record's tiles name the record: tune.record_tiles)
             try:
                 return tuned_tile(name, split, m, n, k, precision, batch, dtype, rows, ta, tb)
             except GCompileError as e:
-                raise GCompileError(f"lower: kernel {self.name} ({m}x{n}x{k}): {e}") from None
+                raise GCompileError(f"{source[0] + ': ' if source else ''}lower: kernel {self.name} "
+                                    f"({m}x{n}x{k}): {e}") from None
         return choose_tile(m, n, k, ta, tb, precision, batch, dtype, rows)
 
     def lower_fused(self, node: Node):
