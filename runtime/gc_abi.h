@@ -188,7 +188,11 @@ GC_EXPORT int gc_train_step(gc_model* m, const void* const* inputs, int n, doubl
     gc_guard g;
     GC_TRY(gc_guard_read(m, &g));
     if (g.halted_at < 0) return GC_OK;
-    if ((uint64_t)g.halted_at + 1 == m->state.step)
+    // this step halted when the counter (the device's `step`: a host may have set it) is one past halted_at
+    const gc_tensor_info* counter = gc_find(gc_variables, GC_N_VARIABLES, "step");
+    int32_t after = INT32_MIN;
+    if (counter) GC_TRY(gc_copy_to_host(&after, m->arena + counter->offset, sizeof after));
+    if (counter && (int64_t)g.halted_at + 1 == after)
         return gc_fail(GC_ERR_NUMERIC, "gc_train_step: step %d: non-finite loss (%g): its update was not applied, "
                        "and no later step applies one until guard.halted_at is set back to -1 (set guard.skip to 1 "
                        "to skip such steps instead)", g.halted_at, value);

@@ -149,6 +149,18 @@ def test_train_step_names_the_bad_step_and_how_to_go_on(positive_artifact):
     good = batch(1)
     assert np.isfinite(model.train_step(good["x"], good["y"]))
     assert model.params["step"] == 2 and model.params[GUARD_NONFINITE] == 1
+    # with the counter set by the host, the bad step is still this one (it was told apart by the library's own
+    # count of its steps, and reported as "stopped since step 0")
+    model.set(GUARD_HALTED_AT, -1)
+    model.set("step", 0)
+    with pytest.raises(gc.RuntimeFailure, match=r"gc_train_step: step 0: non-finite loss"):
+        model.train_step(feed["x"], feed["y"])
+    model.set(GUARD_HALTED_AT, -1)
+    model.set("step", 100)
+    with pytest.raises(gc.RuntimeFailure, match=r"gc_train_step: step 100: non-finite loss"):
+        model.train_step(feed["x"], feed["y"])
+    with pytest.raises(gc.RuntimeFailure, match=r"updates are stopped since step 100"):
+        model.train_step(good["x"], good["y"])
 
 
 # --- the trainer ------------------------------------------------------------------------------------------
