@@ -68,6 +68,9 @@ def open_library(path: str, sha256: str | None = None):
     return _libraries[digest]
 
 
+MANIFEST_KEYS = ("name", "artifact", "variables", "has_train_step", "train_inputs", "eval_inputs", "outputs")
+
+
 def resolve(artifact) -> dict:
     """An Artifact, an output directory or a manifest path -> the manifest dict."""
     if isinstance(artifact, Artifact):
@@ -80,9 +83,23 @@ def resolve(artifact) -> dict:
                 raise GCompileError(f"{path}: expected one manifest (*.json) in the directory, found {len(found)}")
             path = found[0]
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        manifest = json.loads(path.read_bytes().decode())
+    except OSError as e:
+        raise GCompileError(f"{path}: cannot read the manifest ({e.strerror})") from None
+    except UnicodeDecodeError as e:   # (the binary, the library or a checkpoint given for the manifest)
+        raise GCompileError(f"{path}: not a gcompile manifest: not UTF-8 text (byte {e.start}); pass the build's "
+                            f".json manifest or its folder") from None
+    except json.JSONDecodeError as e:
         raise GCompileError(f"{path}: not a gcompile manifest: {e}") from None
+    if not isinstance(manifest, dict):
+        raise GCompileError(f"{path}: not a gcompile manifest (a JSON {type(manifest).__name__}, not an object)")
+    missing = [key for key in MANIFEST_KEYS if key not in manifest]
+    if not missing and not (isinstance(manifest["artifact"], dict) and
+                            {"library", "init"} <= set(manifest["artifact"])):
+        missing = ["artifact.library", "artifact.init"]
+    if missing:
+        raise GCompileError(f"{path}: not a gcompile manifest (no {', '.join(missing)})")
+    return manifest
 
 
 _models = weakref.WeakSet()   # every Model of this process, for the fork handler below

@@ -443,6 +443,16 @@ def test_load_errors(artifact, tmp_path):
     (tmp_path / "x.json").write_text("{")
     with pytest.raises(gc.GCompileError, match="not a gcompile manifest"):
         gc.load(tmp_path / "x.json")
+    # the build's other files, a JSON list, another JSON object: named, not a UnicodeDecodeError / KeyError
+    for path, message in ((artifact.library, r"not a gcompile manifest: not UTF-8 text \(byte \d+\)"),
+                          (artifact.init, r"not a gcompile manifest: not UTF-8 text"),
+                          (tmp_path / "list.json", r"not a gcompile manifest \(a JSON list, not an object\)"),
+                          (tmp_path / "other.json", r"not a gcompile manifest \(no artifact, variables, "),
+                          (tmp_path / "missing.json", r"cannot read the manifest \(No such file")):
+        (tmp_path / "list.json").write_text("[1]")
+        (tmp_path / "other.json").write_text(json.dumps({"name": "x"}))
+        with pytest.raises(gc.GCompileError, match=f"{re.escape(str(path))}: {message}"):
+            gc.load(path)
     manifest = json.loads(open(artifact.manifest).read())
     manifest["artifact"]["library"] = str(tmp_path / "gone.so")
     (tmp_path / "x.json").write_text(json.dumps(manifest))
