@@ -3,7 +3,8 @@
 3x3 conv 16 -> three stages of two basic residual blocks (16, 32, 64 channels); the first block of stages
 2 and 3 halves the image with a stride-2 first conv and a 1x1 stride-2 projection on the identity path;
 global average pool -> dense 10. A basic block: conv 3x3 -> [BN] -> ReLU -> conv 3x3 -> [BN], plus the
-identity (or projection), -> ReLU. 13 convolutions + 1 dense layer = 14.
+identity (or projection), -> ReLU. 13 3x3 convolutions + 1 dense layer = 14 weighted layers (the two 1x1
+projections are not counted, as in the ResNet papers).
 Options (program() arguments; `gcompile build/run --batch-size N --set name=value`): batch_norm (default on;
 without it the convolutions get biases and each block's last conv starts at zero, so blocks start as
 identities), dropout (rate, before the dense layer), optimizer (sgd with momentum 0.9, adam, adamw), lr
