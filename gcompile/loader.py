@@ -103,12 +103,16 @@ def resolve(artifact) -> dict:
 
 
 _models = weakref.WeakSet()   # every Model of this process, for the fork handler below
+_cuda = {"used": False, "forked": False}   # a cuda model was made here; this process is a fork of one that had
 
 
 def _after_fork_in_child():
     """A forked child has only the forking thread: a model another thread was inside a call to would keep its
     lock held forever (the child hung at its next call), and its arena may hold part of that call. Each model
-    gets a new lock; one that was in use is marked, and its calls say so."""
+    gets a new lock; one that was in use is marked, and its calls say so. CUDA does not survive a fork: after
+    one, cuda models (inherited or new) refuse with a message that says so (CUDA's own was 'initialization
+    error', which gc_create explains as a crashed kernel's)."""
+    _cuda["forked"] = _cuda["forked"] or _cuda["used"]
     for model in list(_models):
         if model._lock.acquire(blocking=False):
             model._lock.release()
@@ -133,6 +137,8 @@ class Model:
         self._lock = threading.RLock()
         _models.add(self)
         self.manifest = resolve(artifact)
+        self._check_cuda_fork()
+        _cuda["used"] = _cuda["used"] or self.manifest.get("target") == "cuda"
         if self.manifest.get("sanitize") and not sanitizer_runtime_loaded():
             raise GCompileError(f"{self.manifest['artifact']['library']}: built with sanitize=True; loading it into "
                                 "a process without AddressSanitizer would abort it. Run its binary, or start Python "
@@ -150,9 +156,16 @@ class Model:
             message = ffi.string(self.lib.gc_last_error()).decode(errors="replace")
             raise RuntimeFailure(message if message.startswith(f"{fn}:") else f"{fn}: {message}")
 
+    def _check_cuda_fork(self):
+        if _cuda["forked"] and self.manifest.get("target") == "cuda":
+            raise GCompileError(f"model {self.manifest['name']!r}: this process was forked from one that used CUDA, "
+                                f"which does not survive fork(): use cuda models in a process started another way "
+                                f"(multiprocessing's 'spawn' or 'forkserver' start method)")
+
     def _live(self):
         if getattr(self, "handle", None) is None:
             raise GCompileError(f"model {self.manifest['name']!r} is closed")
+        self._check_cuda_fork()
         if self._forked_mid_call:
             raise GCompileError(f"model {self.manifest['name']!r}: this process was forked while another thread "
                                 f"was inside a call to it, so this copy of its memory may hold part of that call; "
