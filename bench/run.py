@@ -30,6 +30,7 @@ from .tasks import LR, RECIPE_BATCH, RECIPES, ROOT, TARGETS, Dataset, Task, load
 from .timing import Budget, Settings
 
 IMPL_ORDER = ("gcompile", "torch-eager", "torch-compile", "torch-graph", "jax-jit", "jax-scan", "torch copy_")
+IMPLS = IMPL_ORDER[:-1]   # what --impls selects (the eltwise section's copy reference always runs)
 ELTWISE_BYTES = {"cuda": 256 << 20, "cpu": 32 << 20}
 
 
@@ -42,7 +43,7 @@ def parse_args(argv=None):
     p.add_argument("--data", default=None, help=f"MNIST folder (default {default_data_dir('mnist')})")
     p.add_argument("--fashion", default=None, help=f"Fashion-MNIST folder for ResNet-14 "
                                                     f"(default {default_data_dir('fashion-mnist')})")
-    p.add_argument("--impls", default=",".join(IMPL_ORDER), help="comma-separated implementations to run")
+    p.add_argument("--impls", default=",".join(IMPLS), help=f"comma-separated implementations of {','.join(IMPLS)}")
     p.add_argument("--batches", default="128,1000", help="batch sizes of the mnist section")
     p.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
     p.add_argument("--work-dir", default=str(ROOT / "build" / "bench"), help="builds and caches (emptied first)")
@@ -53,7 +54,10 @@ def parse_args(argv=None):
     unknown = set(args.only) - set(SECTIONS)
     if unknown:
         p.error(f"--only: unknown section(s) {sorted(unknown)}; choose from {list(SECTIONS)}")
-    args.impls = set(args.impls.split(","))
+    args.impls = {i for i in args.impls.split(",") if i}
+    unknown = args.impls - set(IMPLS)
+    if unknown:   # (a misspelt name ran nothing of it, silently)
+        p.error(f"--impls: unknown implementation(s) {sorted(unknown)}; choose from {list(IMPLS)}")
     args.batches = [int(b) for b in args.batches.split(",")]
     if args.device is None:
         args.device = "cuda" if detect_arch() else "cpu"

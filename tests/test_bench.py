@@ -220,6 +220,10 @@ def test_command_line_checks_sections():
     assert args.only == ["mnist", "eltwise"] and args.quick and args.batches == [128, 1000]
     with pytest.raises(SystemExit):
         bench.run.parse_args(["--only", "nonsense"])
+    assert bench.run.parse_args(["--impls", "gcompile,jax-scan", "--device", "cpu"]).impls == {"gcompile", "jax-scan"}
+    assert bench.run.parse_args(["--device", "cpu"]).impls == set(bench.run.IMPLS)
+    with pytest.raises(SystemExit):   # a misspelt implementation ran nothing of it, silently
+        bench.run.parse_args(["--impls", "gcompile,torch_eager"])
 
 
 def test_plot_writes_a_png(tmp_path):
