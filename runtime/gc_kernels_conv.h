@@ -8,6 +8,7 @@
 //   gc_col2im_at         its adjoint: a pixel is the sum of the patch entries that copied it
 //   gc_pool_at           max (padding is -inf) or average (padding counts as 0) over a window
 //   gc_pool_grad_at      the pools' gradient at one input pixel; max: the window's first maximum takes it
+//   gc_pool_select_at    the max pool's second derivative: a window's value of h at x's first maximum
 //   gc_philox4x32_10     counter-based random words (Salmon et al. 2011); gc_dropout_mask_at, dropout's mask
 #if GC_KERNELS   // the kernels part (gc_runtime.h)
 
@@ -97,6 +98,16 @@ GC_HD inline T gc_pool_grad_at(const T* __restrict__ x, const T* __restrict__ g,
                 acc += grad[oh * s.ow + ow];
         }
     return MAX ? acc : acc / T(s.kh * s.kw);
+}
+
+// Window i (N, C, OH, OW) of h (N, C, H, W): h's pixel where x has the window's first maximum (the gradient
+// of gc_pool_grad_at's max in g: second derivatives through max pooling).
+template <typename T, typename I>
+GC_HD inline T gc_pool_select_at(const T* __restrict__ x, const T* __restrict__ h, gc_window s, I i) {
+    const int ow = (int)(i % s.ow), oh = (int)(i / s.ow % s.oh);
+    const I plane = i / s.ow / s.oh * s.h * s.w;
+    const int best = gc_window_argmax(x + plane, s, oh, ow);   // a pixel of the image (the window has one)
+    return h[plane + (oh * s.stride - s.pad + best / s.kw) * s.w + ow * s.stride - s.pad + best % s.kw];
 }
 
 // Philox4x32-10: the counter c[4] becomes four random words under key (k0, k1).

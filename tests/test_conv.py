@@ -120,6 +120,49 @@ def test_pool_random_shapes(n, c, h, w, k, stride, padding, mode, seed):
     check_op(lambda X: build(X, k, stride, padding), [x], lambda X: pool_ref(X, k, stride, padding, mode))
 
 
+def max_pool_grad_ref(x, g, k, stride, padding):
+    """Each window's g added at the window's maximum of x (no ties: distinct inputs)."""
+    n, c, h, w = x.shape
+    out = np.zeros(x.shape)
+    for b in range(n):
+        for ch in range(c):
+            for i in range(g.shape[2]):
+                for j in range(g.shape[3]):
+                    rows = range(max(i * stride - padding, 0), min(i * stride - padding + k, h))
+                    cols = range(max(j * stride - padding, 0), min(j * stride - padding + k, w))
+                    r, q = max(((r, q) for r in rows for q in cols), key=lambda rq: x[b, ch, rq[0], rq[1]])
+                    out[b, ch, r, q] += g[b, ch, i, j]
+    return out
+
+
+@pytest.mark.parametrize("k,stride,padding", [(2, 2, 0), (3, 2, 1), (3, 1, 1), (2, 3, 1)])
+def test_max_pool_gradient_has_a_gradient(k, stride, padding):
+    """Second derivatives through max pooling: max_pool2d_grad(x, g), an op of x and g, checked as any op (in
+    g its gradient is max_pool2d_select; in x it is zero away from ties), and max_pool2d_select, reached as
+    the gradient in g of sum(max_pool2d_grad(x, g) * h), against h's pixel at each window's maximum."""
+    x = distinct((2, 3, 7, 6), seed=4)
+    pooled = pool_ref(x, k, stride, padding, "max").shape
+    g = uniform(pooled, seed=5)
+
+    def grad_of_pool(X, G):
+        (dx,) = gc.gradients(gc.reduce_sum(gc.max_pool2d(X, k, stride, padding) * G), [X])
+        return dx
+
+    def select(X, H, G):   # (G's value does not matter; the loss's seed reads the graph that holds it)
+        (dg,) = gc.gradients(gc.reduce_sum(grad_of_pool(X, G) * H), [G])
+        return dg
+
+    def select_ref(X, H, G):   # the adjoint of max_pool_grad_ref in g: <max_pool_grad_ref(X, e_ij), H> a window
+        out = np.zeros(pooled)
+        for at in np.ndindex(*pooled):
+            e = np.zeros(pooled)
+            e[at] = 1.0
+            out[at] = np.sum(max_pool_grad_ref(X, e, k, stride, padding) * H)
+        return out
+    check_op(grad_of_pool, [x, g], lambda X, G: max_pool_grad_ref(X, G, k, stride, padding))
+    check_op(select, [x, uniform(x.shape, seed=6), g], select_ref)
+
+
 def test_max_pool_ties_send_the_gradient_to_the_first_maximum():
     x = np.array([[[[1.0, 3.0, 3.0, 0.0], [3.0, 2.0, 0.0, 3.0]]]])   # two windows of 2x2 holding ties
     X = gc.placeholder("x", x.shape)

@@ -56,6 +56,22 @@ def test_conv_ops_and_gradients_match_numpy(target, tmp_path, monkeypatch):
     assert_compiled_matches_numpy(*build_all(), target)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_second_derivatives_through_max_pooling(target, tmp_path, monkeypatch):
+    """max_pool2d_grad's gradient (max_pool2d_select, gc_pool_select_at) and its gradient again, compiled."""
+    monkeypatch.setenv("GCOMPILE_CACHE", str(tmp_path))
+    r = np.random.RandomState(2)
+    x = (r.permutation(2 * 3 * 7 * 6) * 0.01 - 1.2).reshape(2, 3, 7, 6)
+    X, H = gc.placeholder("x", x.shape), gc.placeholder("h", x.shape)
+    G, V = gc.placeholder("g", (2, 3, 4, 3)), gc.placeholder("v", (2, 3, 4, 3))
+    (dx,) = gc.gradients(gc.reduce_sum(gc.max_pool2d(X, 3, 2, 1) * G), [X])
+    (dg,) = gc.gradients(gc.reduce_sum(dx * H), [G])            # max_pool2d_select(x, h)
+    (dh,) = gc.gradients(gc.reduce_sum(dg * V), [H])            # max_pool2d_grad(x, v) again
+    feeds = {X: x.astype(np.float32), H: r.uniform(-1, 1, x.shape).astype(np.float32),
+             G: r.uniform(-1, 1, G.shape).astype(np.float32), V: r.uniform(-1, 1, V.shape).astype(np.float32)}
+    assert_compiled_matches_numpy([dx, dg, dh], feeds, target)
+
+
 def tiny_convnet_adam():
     """conv -> ReLU -> average pool -> dense, trained with Adam (L2 weight decay) on a cosine schedule. eps is
     large here: Adam divides by |g| + eps, so a gradient that cancels to ~1e-8 would turn its rounding into

@@ -3,7 +3,8 @@ window of its input, so kernels need no atomics and sum in a fixed order (runtim
 
 - im2col(x)        (N, C, H, W) -> (N, C*KH*KW, OH*OW): the patches; conv2d = weights (Cout, C*KH*KW) @ patches
 - col2im(cols)     its adjoint (the gradient of im2col): each pixel sums the patch entries that copied it
-- max_pool2d(x), avg_pool2d(x), and their gradients max_pool2d_grad(x, g), avg_pool2d_grad(g)
+- max_pool2d(x), avg_pool2d(x), and their gradients max_pool2d_grad(x, g), avg_pool2d_grad(g);
+  max_pool2d_select(x, h), the gradient of max_pool2d_grad (second derivatives)
 
 Attributes: `kernel` (KH, KW), `stride` and `padding` (the same along both axes; zeros pad im2col and
 avg_pool2d — the average counts padding, like PyTorch's default — and -inf pads max_pool2d).
@@ -166,15 +167,45 @@ class MaxPool2dGrad(Op):
 
     def compute(self, node, x, g):
         kw_ = node.attrs["kernel"][1]
-        views = list(windows(node, x, -np.inf))
-        values = np.stack([v for _, _, v in views])
-        first_max = np.argmax(values, axis=0)   # the first maximum; a NaN above all
-        # padding is not in the image: where the image's values are all -inf, their first wins, not a pad's
-        real = np.stack([v for _, _, v in windows(node, np.ones(x.shape, np.int8), 0)]) > 0
-        only_inf = ~np.any(real & ~(values == -np.inf), axis=0)
-        first_max = np.where(only_inf, np.argmax(real, axis=0), first_max)
-        parts = (((kh, kw), np.where(first_max == kh * kw_ + kw, g, 0).astype(g.dtype)) for kh, kw, _ in views)
+        first = first_max(node, x)
+        parts = (((kh, kw), np.where(first == kh * kw_ + kw, g, 0).astype(g.dtype)) for kh, kw, _ in
+                 windows(node, x, 0))
         return scatter_windows(node, x.shape, parts, g.dtype)
+
+    def grad(self, node, g):
+        # linear in g (the routing by x's maxima); constant in x where the maxima do not change, so no gradient
+        x = node.inputs[0]
+        return [None, G.Node("max_pool2d_select", (x, g), dict(node.attrs))]
+
+
+@register
+class MaxPool2dSelect(Op):
+    """max_pool2d_select(x, h): at each window of x, h's pixel where x has the window's first maximum — the
+    adjoint of max_pool2d_grad in its gradient (second derivatives through max pooling)."""
+    name = "max_pool2d_select"
+
+    def infer(self, node):
+        x, h = node.inputs
+        if h.shape != x.shape or h.dtype != x.dtype:
+            raise ShapeError(f"max_pool2d_select: {h.describe()} must have the shape and dtype of {x.describe()}")
+        return x.shape[:2] + window_shape(self.name, node, x), x.dtype
+
+    def compute(self, node, x, h):
+        values = np.stack([v for _, _, v in windows(node, h, 0)])
+        return np.take_along_axis(values, first_max(node, x)[None], axis=0)[0]
+
+    def grad(self, node, g):
+        return [None, G.Node("max_pool2d_grad", (node.inputs[0], g), dict(node.attrs))]
+
+
+def first_max(node, x) -> np.ndarray:
+    """(N, C, OH, OW): each window's offset kh * KW + kw of its first maximum of x (a NaN above all); where
+    the image's values are all -inf, the first of them (padding is not in the image), as gc_window_argmax."""
+    values = np.stack([v for _, _, v in windows(node, x, -np.inf)])
+    first = np.argmax(values, axis=0)
+    real = np.stack([v for _, _, v in windows(node, np.ones(x.shape, np.int8), 0)]) > 0
+    only_inf = ~np.any(real & ~(values == -np.inf), axis=0)
+    return np.where(only_inf, np.argmax(real, axis=0), first)
 
 
 @register

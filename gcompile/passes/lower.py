@@ -642,6 +642,12 @@ class Lowering:
         return self.map_kernel(node, f"gc_pool_grad_at<{ctype}, true>({self.pointer(x)}, {self.pointer(g)}, "
                                      f"{self.window(node, x.shape)}, i)")
 
+    def lower_max_pool2d_select(self, node: Node):
+        x, h = node.inputs
+        ctype = C_TYPES[node.dtype]
+        return self.map_kernel(node, f"gc_pool_select_at<{ctype}>({self.pointer(x)}, {self.pointer(h)}, "
+                                     f"{self.window(node, x.shape)}, i)")
+
     def lower_avg_pool2d_grad(self, node: Node):
         (g,) = node.inputs
         ctype = C_TYPES[node.dtype]
