@@ -76,7 +76,9 @@ def op_cases():
          [np.array([[2**31 - 1, -2**31, 5, 2**30, -3, 0]])]),
         ("int_max", lambda x: gc.reduce_max(x * 3, 1), [np.array([[2**30, 7, -2**31], [-5, -9, -2]])]),
         # a sum (wrapping in its type) and a mean (in int64) of one input: two accumulators, not one
-        ("int_sum_and_mean", lambda x: gc.reduce_sum(x, 1) + gc.reduce_mean(x, 1), [np.full((2, 3), 2**30)]),
+        # (negative rows: a shared uint32 accumulator would give the mean of a wrapped sum)
+        ("int_sum_and_mean", lambda x: gc.reduce_sum(x, 1) + gc.reduce_mean(x, 1),
+         [np.array([[2**30] * 3, [-1, -2, -4], [-7, 5, -3]])]),
         ("uint8_sum_and_mean", lambda x: gc.cast(gc.reduce_sum(gc.cast(x, "uint8"), 1) +
                                                  gc.reduce_mean(gc.cast(x, "uint8"), 1), "int32"),
          [np.array([[200, 100, 50], [255, 255, 255]])]),

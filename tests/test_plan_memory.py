@@ -230,6 +230,9 @@ def test_checker_catches_overlapping_live_buffers():
 
 FAULTS = {   # name: (how to break small_plan's plan, what check_plan must say)
     "persistent overlap": (lambda plan, x, a, b, c: broken(plan, c.name, offset=plan.offset_of(x)), "overlap"),
+    # relu(b) written over b at the step that last reads b (the lifetimes touch at one step: still an overlap)
+    "written over an operand": (lambda plan, x, a, b, c: broken(plan, next(i.name for i in c.inputs if i.op == "relu"),
+                                                                offset=plan.offset_of(b)), "overlap"),
     "misaligned": (lambda plan, x, a, b, c: broken(plan, a.name, offset=plan.offset_of(a) + 128), "misaligned"),
     "outside the arena": (lambda plan, x, a, b, c: broken(plan, a.name, offset=plan.arena_bytes), "outside"),
     "dies too early": (lambda plan, x, a, b, c: broken(plan, a.name, last=plan.buffer_of(a).first),

@@ -78,6 +78,10 @@ def test_attributes_must_be_equal_to_merge():
     outputs = [gc.reduce_sum(x, axis=0), gc.reduce_sum(x, axis=1), gc.reduce_sum(x, axis=0, keepdims=True)]
     assert len(set(simplify(outputs))) == 3
     assert len(set(simplify([gc.reduce_sum(x, axis=0), gc.reduce_sum(x, axis=0)]))) == 1
+    # array constants merge by dtype, shape and bytes: the same bytes in two shapes are two constants
+    a, b = (gc.constant(np.zeros(shape, np.float32)) for shape in ((2, 3), (3, 2)))
+    assert [n.shape for n in simplify([a, b])] == [(2, 3), (3, 2)]
+    assert len(set(simplify([a, gc.constant(np.zeros((2, 3), np.float32))]))) == 1
 
 
 X = gc.placeholder("x", (2, 3))
