@@ -231,6 +231,9 @@ def test_manifest_disagreeing_with_a_file(tmp_path):
     np.save(tmp_path / "test_labels.npy", np.zeros(4, np.int32))
     with pytest.raises(DataError, match=r"test_labels.npy: holds int32 \(4,\), the manifest says uint8 \(3,\)"):
         data.load_dataset(tmp_path)
+    np.save(tmp_path / "test_labels.npy", np.zeros(3, np.int64))   # the right shape, another dtype
+    with pytest.raises(DataError, match=r"test_labels.npy: holds int64 \(3,\), the manifest says uint8 \(3,\)"):
+        data.load_dataset(tmp_path)
 
 
 def test_missing_manifest_says_how_to_make_one(tmp_path):
