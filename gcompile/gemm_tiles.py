@@ -343,12 +343,17 @@ def split_fits(tile: Tile, split: int, k: int, batch: int = 1) -> bool:
     return split == 1 or (k >= steps * split * tile.bk and batch * split <= 65535)
 
 
-def rows_fit(tile: Tile, split: int, rows: bool) -> bool:
+def rows_fit(tile: Tile, split: int, rows: bool, k: int = 0, trans_a: bool = False) -> bool:
     """Whether the trainer's launches of a GEMM that reads the image input in place can run this tile: the
-    pipelined ones read the rows themselves (fp32: float rows, which the trainer gives them, GC_X_FLOAT; tf32:
-    uint8 or float), register-staged fp32 tiles through their row loader (two shared-memory buffers of 48 KB
-    at most, the row indices beside them)."""
-    return not rows or bool(tile.tf32) or bool(tile.stages) or tile.smem_bytes(split) <= SMEM_LIMIT
+    pipelined and wgmma ones read the rows themselves (fp32: float rows, which the trainer gives them,
+    GC_X_FLOAT; tf32: uint8 or float); the register-staged ones (fp32 and mma.sync tf32 without stages,
+    gc_gemm_kernel) keep their block's row indices in static shared memory beside their two buffers, 48 KB in
+    all: BM indices, or with A transposed (a weight gradient, K the batch) as many as the split's share of K
+    (a tile that fit at batch 3584 needed 49 KB at 3585: nvcc's static_assert stopped the build)."""
+    if not rows or tile.stages or tile.tf32 not in (0, 1, 3):
+        return True
+    indices = -(-(-(-k // split)) // tile.bk) * tile.bk if trans_a else tile.bm
+    return tile.smem_bytes(split) + 4 * indices <= SMEM_LIMIT
 
 
 def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, batch: int = 1,
@@ -368,9 +373,9 @@ def tuned_tile(name: str, split: int, m: int, n: int, k: int, precision: str, ba
     if split not in tile.splits() or not split_fits(tile, split, k, batch):
         raise GCompileError(f"tuned tile {name}: split {split} does not fit it at K={k} (its splits: "
                             f"{tile.splits()})")
-    if not rows_fit(tile, split, rows):
+    if not rows_fit(tile, split, rows, k, trans_a):
         raise GCompileError(f"tuned tile {name}: too large for the register-staged kernel that reads the image "
-                            "input in place")
+                            "input in place (its row indices beside its buffers)")
     return tile.c_type(split, m, n, k)
 
 
@@ -390,9 +395,9 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
     if dtype != "float32" or is_large(m, n, k, batch):
         return []
     measured = calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
-    out = [measured] if measured is not None and rows_fit(*measured, rows) else []
+    out = [measured] if measured is not None and rows_fit(*measured, rows, k, trans_a) else []
     usable = [(c, t, s) for c, t, s in candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1))
-              if rows_fit(t, s, rows) and t.fits(trans_a, trans_b)]
+              if rows_fit(t, s, rows, k, trans_a) and t.fits(trans_a, trans_b)]
     for _, tile, split in usable:
         if len(out) >= count + (measured is not None):
             break
@@ -407,9 +412,10 @@ def alternatives(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision
     # more, each such tile at the two splits whose grids come nearest to a block an SM
     if m * n * k * max(batch, 1) >= TC_PARTS_MIN:
         for tile in TILES[precision]:
-            if not tile.uncalibrated or not tile.fits(trans_a, trans_b) or not rows_fit(tile, 1, rows):
+            if not tile.uncalibrated or not tile.fits(trans_a, trans_b):
                 continue
-            fits = sorted((s for s in tile.splits() if split_fits(tile, s, k, batch)),
+            fits = sorted((s for s in tile.splits() if split_fits(tile, s, k, batch)
+                           and rows_fit(tile, s, rows, k, trans_a)),
                           key=lambda s: sm_distance(tile, s, m, n, batch))
             out += [(tile, s) for s in fits[:2] if (tile, s) not in out]
     return out
@@ -521,10 +527,16 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
     # the sweep times float32 GEMMs: its choices are not given to float64 ones (8 x 8 doubles a thread...)
     measured = (calibration()["measured_index"].get(measured_key(m, n, k, trans_a, trans_b, precision, batch))
                 if dtype == "float32" else None)
-    if measured is not None and rows_fit(*measured, rows):
+    if measured is not None and rows_fit(*measured, rows, k, trans_a):
         tile, split = measured
     else:
         # the model ranks the register-staged tiles only: a pipelined one it preferred made logreg's
         # batch-1000 step 4% slower (H100, 23.8 -> 24.8 us), so those go only where the sweep timed them
-        _, tile, split = candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1), pipelined=False)[0]
+        usable = (c for c in candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1), pipelined=False)
+                  if rows_fit(c[1], c[2], rows, k, trans_a))
+        _, tile, split = next(usable, (None, None, None))
+        if tile is None:
+            raise GCompileError(f"choose_tile: a {m}x{n}x{k} GEMM reading the image input in place with A transposed "
+                                f"needs {k} row indices, more than any tile's block can hold beside its buffers in "
+                                f"{SMEM_LIMIT // 1024} KB of shared memory: use a smaller batch")
     return tile.c_type(split, m, n, k)

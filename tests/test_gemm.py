@@ -16,7 +16,7 @@ import pytest
 from gcompile.build import compile_flags
 from gcompile.errors import GCompileError
 from gcompile.gemm_tiles import (LARGE_TILE, TC_LARGE_TILE, TILES, Tile, alternatives, calibration, candidates,
-                                 SHORT_K_MAX, choose_tile, cost, is_large, short_k_choice,
+                                 SHORT_K_MAX, choose_tile, cost, is_large, rows_fit, short_k_choice,
                                  tensor_core_choice, tile_by_name, tuned_tile)
 from gcompile.resources import package_dir
 import gemm_harness as H
@@ -556,6 +556,26 @@ def test_choose_tile_errors_and_candidates():
     for c, tile, split in candidates(784, 256, 1000, "fp32"):
         steps = 1 if tile.tf32 == 5 else 2
         assert tile in TILES["fp32"] and split in tile.splits() and 1000 >= steps * split * tile.bk
+
+
+def test_register_staged_tiles_count_their_row_indices():
+    """A weight gradient reading the image input in place (A^T, K the batch) keeps a row index per k of its split
+    in static shared memory beside the tile's buffers (gc_gemm_kernel, 48 KB in all): the 128 x 128 tf32 tile
+    fits dW1 of a 2048-unit layer at batch 3584, not at 3585, where nvcc's static_assert stopped the build.
+    choose_tile, the tuning alternatives and a record's tile go by the same count."""
+    big = tile_by_name("128x128x16/64x32/tf32")
+    assert rows_fit(big, 1, True, 3584, True) and not rows_fit(big, 1, True, 3585, True)
+    assert rows_fit(big, 1, False, 3585, True)                                           # not read in place
+    assert rows_fit(big, 1, True, 10**6, False)                                          # BM indices only
+    for batch in (3584, 3585, 20000):
+        tile, split = Tile.parse(choose_tile(784, 2048, batch, True, False, "tf32", rows=True))
+        assert rows_fit(tile, split, True, batch, True)
+        assert all(rows_fit(t, s, True, batch, True) for t, s in alternatives(784, 2048, batch, True, False, "tf32",
+                                                                              rows=True))
+    with pytest.raises(GCompileError, match="too large for the register-staged kernel"):
+        tuned_tile(big.name, 1, 784, 2048, 3585, "tf32", rows=True, trans_a=True)
+    with pytest.raises(GCompileError, match="needs 400000 row indices, more than any tile's block can hold"):
+        choose_tile(784, 16, 400000, True, False, "fp32", rows=True)
 
 
 def test_which_tiles_read_float_rows_only():

@@ -6,6 +6,8 @@ target in one program so the whole suite costs one compiler run per target.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -183,6 +185,26 @@ def test_a_wide_head_in_the_tensor_core_chain_matches_numpy(tmp_path):
     batches = [(r.uniform(0, 0.03, (1000, 784)).astype(np.float32), r.randint(0, 1000, 1000).astype(np.int32))
                for _ in range(3)]
     assert_training_matches_numpy(program, model, gc.NumpyExecutor(program.train_outputs), batches)
+
+
+def test_shapes_at_the_kernels_shared_memory_limits_compile_with_nvcc(tmp_path):
+    """Shapes whose kernels went past a block's shared memory (a QA sweep of ~200 cuda builds): a chain stage on
+    tensor cores with K = 7200 (gc_row_mma's rows of A in static shared memory: ptxas refused 227 KB; at K
+    4000 beside the staged weights the first launch would have failed) now keeps the fp32 stages; dW1 reading
+    the image rows in place at batch 3585 (tf32, a 2048-unit layer) on a tile whose row indices fit beside its
+    buffers (the static_assert stopped the build)."""
+    import shutil
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    from gcompile.passes.lower import row_mma_fits
+    cases = [(mlp(batch=513, hidden=(7200, 4), classes=2), "fp32"),
+             (mlp(batch=1000, hidden=(4000, 8), features=784), "fp32"),
+             (mlp(batch=3585, hidden=(2048,), features=784), "tf32")]
+    for i, (program, precision) in enumerate(cases):
+        artifact = gc.compile(program, target="cuda", precision=precision, out_dir=tmp_path / str(i))
+        assert not re.search(r"gc_row_mma_shape<(true|false), \d+", open(artifact.source).read())
+    x, w = gc.placeholder("x", (8, 1240)), gc.placeholder("w", (1240, 4))
+    assert row_mma_fits(x @ w) and not row_mma_fits(gc.placeholder("x2", (8, 1241)) @ gc.placeholder("w2", (1241, 4)))
 
 
 def test_cuda_target_compiles_with_nvcc(tmp_path):

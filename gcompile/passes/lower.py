@@ -147,6 +147,21 @@ def prefetch_globals(segments: list, writes: list) -> None:
         s["prefetch"] = [pointer for pointer, ranges in s.pop("global_reads") if not overlap(ranges, writes)]
 
 
+ROW_MMA_STAGE_BYTES = 40960   # gc_row_mma_shape's shared-memory budget a stage (runtime/gc_kernels_cuda.cuh)
+
+
+def row_mma_fits(matmul: Node) -> bool:
+    """Whether gc_row_mma takes this GEMM stage within its budget even without splitting K across warps (its
+    WK = 1 form, which it falls back to unchecked): a block's CHAIN_MMA_ROWS rows of A (K padded to 8, plus 4)
+    in ROW_MMA_STAGE_BYTES, and each warp's share of the 16-column tiles at most 16. Past them (K ~ 1300,
+    N ~ 2000) the kernel's static shared memory went past what a block may have (ptxas refused it, or with the
+    staged Bs the first launch failed): such chains keep the fp32 stages."""
+    k, n = inner_size(matmul.inputs[0], matmul.attrs["trans_a"]), matmul.shape[-1]
+    rows_bytes = CHAIN_MMA_ROWS * (-(-k // 8) * 8 + 4) * 4
+    tiles = -(-(-(-n // 16)) // (BLOCK // 32))   # (the unswizzled count: the swizzled one is at most one more a
+    return rows_bytes + BLOCK * 4 <= ROW_MMA_STAGE_BYTES and tiles + 1 <= 16   # pair of 32 columns)
+
+
 def chain_rows(m: int, cap: int) -> int:
     """Rows per block of a chain of M rows: the fewest (a power of two, at most `cap`) that make at most
     CHAIN_BLOCKS blocks."""
@@ -426,7 +441,8 @@ class Lowering:
         if self.target != "cuda" or rows < CHAIN_MMA_MIN_ROWS:
             return 0
         if any(gemm_of(node) is not None and (gemm_of(node)[0].dtype != "float32" or gemm_of(node)[0].ndim != 2
-                                              or self.read_in_place(gemm_of(node)[1])) for node in stages):
+                                              or self.read_in_place(gemm_of(node)[1])
+                                              or not row_mma_fits(gemm_of(node)[0])) for node in stages):
             return 0
         return CHAIN_MMA_ROWS if -(-m // CHAIN_MMA_ROWS) + 1 <= SMS and CHAIN_MMA_ROWS <= cap else 0
 
