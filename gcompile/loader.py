@@ -129,7 +129,8 @@ class Model:
     -> dict`, `predict(x) -> first output`, `time_steps(steps, which) -> seconds`, `save(path)`, `load(path)`,
     `close()`. One model may be shared by threads: its calls into the library take turns (the arena holds one
     batch), and close() waits for the call in progress. In a child forked while another thread was inside a
-    call, the model's calls raise (load it again there); close() still frees it."""
+    call, the model's calls raise (load it again there); close() still frees it. CUDA does not survive a fork:
+    in a forked child cuda models refuse every call, and close() there only forgets the model."""
 
     _forked_mid_call = False
 
@@ -276,7 +277,8 @@ class Model:
             return
         with self._lock:
             if getattr(self, "handle", None) is not None:
-                self.lib.gc_destroy(self.handle)
+                if not (_cuda["forked"] and self.manifest.get("target") == "cuda"):   # (no CUDA call after a fork)
+                    self.lib.gc_destroy(self.handle)
                 self.handle = None
 
     __del__ = close

@@ -151,15 +151,15 @@ ROW_MMA_STAGE_BYTES = 40960   # gc_row_mma_shape's shared-memory budget a stage 
 
 
 def row_mma_fits(matmul: Node) -> bool:
-    """Whether gc_row_mma takes this GEMM stage within its budget even without splitting K across warps (its
-    WK = 1 form, which it falls back to unchecked): a block's CHAIN_MMA_ROWS rows of A (K padded to 8, plus 4)
-    in ROW_MMA_STAGE_BYTES, and each warp's share of the 16-column tiles at most 16. Past them (K ~ 1300,
-    N ~ 2000) the kernel's static shared memory went past what a block may have (ptxas refused it, or with the
-    staged Bs the first launch failed): such chains keep the fp32 stages."""
+    """Whether gc_row_mma takes this GEMM stage within its budget even without splitting K across warps (the
+    one-share form it falls back to unchecked): a block's CHAIN_MMA_ROWS rows of A in ROW_MMA_STAGE_BYTES (K
+    over 1240 is past it), and at most 16 of the 16-column tiles a warp (N over ~2000). Past them the kernel's
+    static shared memory went past what a block may have (ptxas refused it, or beside the staged Bs the first
+    launch would have failed): such chains keep the fp32 stages."""
     k, n = inner_size(matmul.inputs[0], matmul.attrs["trans_a"]), matmul.shape[-1]
-    rows_bytes = CHAIN_MMA_ROWS * (-(-k // 8) * 8 + 4) * 4
-    tiles = -(-(-(-n // 16)) // (BLOCK // 32))   # (the unswizzled count: the swizzled one is at most one more a
-    return rows_bytes + BLOCK * 4 <= ROW_MMA_STAGE_BYTES and tiles + 1 <= 16   # pair of 32 columns)
+    a_rows = CHAIN_MMA_ROWS * (-(-k // 8) * 8 + 4) * 4        # K padded to 8, plus 4 (gc_row_mma_shape::LDA)
+    warp_tiles = -(-(-(-n // 16) + 1) // (BLOCK // 32))       # (+1: a swizzled layout's count, at most one more)
+    return a_rows + BLOCK * 4 <= ROW_MMA_STAGE_BYTES and warp_tiles <= 16
 
 
 def chain_rows(m: int, cap: int) -> int:
