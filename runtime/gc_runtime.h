@@ -98,7 +98,9 @@ GC_SHARED int gc_fail(int code, const char* fmt, ...);   // the kernels part's m
 #define GC_TRY(expr) do { int gc_rc_ = (expr); if (gc_rc_ != GC_OK) return gc_rc_; } while (0)
 
 #ifdef GC_CUDA
-// Every CUDA call goes through this: on failure it records file:line and the CUDA message.
+// Every CUDA call goes through this (on failure it records file:line and the CUDA message), but those whose
+// failure must be cleaned up after first — the arena's allocation, a capture's end and instantiation, the
+// timer's events — which check their result by hand and say what they were doing.
 #define GC_CUDA_TRY(call) do { cudaError_t gc_e_ = (call); if (gc_e_ != cudaSuccess) \
     return gc_fail(GC_ERR_DEVICE, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, cudaGetErrorString(gc_e_)); \
     } while (0)

@@ -163,6 +163,37 @@ def test_max_pool_gradient_has_a_gradient(k, stride, padding):
     check_op(select, [x, uniform(x.shape, seed=6), g], select_ref)
 
 
+@pytest.mark.parametrize("k,stride,padding", [(2, 2, 0), (3, 2, 1), (3, 1, 1)])
+def test_avg_pool_gradient_and_im2col_checked_as_ops(k, stride, padding):
+    """avg_pool2d_grad (an op of g: each window's g over k*k, padding counted, spread over its pixels; x only
+    sets the shape) and im2col, each with its gradient, against loops written here."""
+    x = uniform((2, 3, 7, 6), seed=7)
+    pooled = pool_ref(x, k, stride, padding, "avg").shape
+
+    def avg_grad_ref(X, G):
+        out = np.zeros(X.shape)
+        for i, j in np.ndindex(*pooled[2:]):
+            for r in range(max(i * stride - padding, 0), min(i * stride - padding + k, X.shape[2])):
+                for q in range(max(j * stride - padding, 0), min(j * stride - padding + k, X.shape[3])):
+                    out[:, :, r, q] += G[:, :, i, j] / (k * k)
+        return out
+
+    def grad_of_avg_pool(X, G):
+        (dx,) = gc.gradients(gc.reduce_sum(gc.avg_pool2d(X, k, stride, padding) * G), [X])
+        return dx
+    check_op(grad_of_avg_pool, [x, uniform(pooled, seed=8)], avg_grad_ref)
+
+    def im2col_ref(X):
+        n, c, h, w = X.shape
+        xp = np.pad(X, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+        oh, ow = (h + 2 * padding - k) // stride + 1, (w + 2 * padding - k) // stride + 1
+        cols = np.zeros((n, c, k, k, oh, ow))
+        for a, b in np.ndindex(k, k):
+            cols[:, :, a, b] = xp[:, :, a:a + stride * (oh - 1) + 1:stride, b:b + stride * (ow - 1) + 1:stride]
+        return cols.reshape(n, c * k * k, oh * ow)
+    check_op(lambda X: gc.im2col(X, (k, k), stride, padding), [x], im2col_ref)
+
+
 def test_max_pool_ties_send_the_gradient_to_the_first_maximum():
     x = np.array([[[[1.0, 3.0, 3.0, 0.0], [3.0, 2.0, 0.0, 3.0]]]])   # two windows of 2x2 holding ties
     X = gc.placeholder("x", x.shape)

@@ -159,6 +159,8 @@ UNARY = {
     "tanh": (gc.tanh, np.tanh, uniform),
     "sigmoid": (gc.sigmoid, sigmoid_ref, lambda shape, seed: uniform(shape, -4.0, 4.0, seed)),
     "relu": (gc.relu, lambda x: x * (x > 0), away_from_zero),
+    "sin": (gc.sin, np.sin, lambda shape, seed: uniform(shape, -3.0, 3.0, seed)),
+    "cos": (gc.cos, np.cos, lambda shape, seed: uniform(shape, -3.0, 3.0, seed)),
 }
 
 
