@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -20,14 +21,16 @@ TARGETS = ("cuda", "cpu")
 
 
 def compile(program, target: str = "cuda", out_dir=None, name: str | None = None, arch: str | None = None,
-            source: str = "<python>", cudart: str = "static",
+            source: str | None = None, cudart: str = "static",
             precision: str = "fp32", sanitize: bool = False, tuning=None) -> Artifact:  # noqa: A001 - the design's name
     """Compile a gc.Program (or a list of nodes) into out_dir: the .cu/.cpp source, a standalone binary,
     a shared library, the initial parameters and a JSON manifest. precision="tf32" lets float32 GEMMs use
     tf32 tensor cores (cuda; the cpu target computes them in fp32 with double sums either way). `arch`
     (cuda): e.g. "sm_90" or "sm_80,sm_90,compute_90" (see build.gencode_flags). sanitize=True (cpu): an
     AddressSanitizer/UBSan build. tuning (cuda): a tuning record, or its JSON file's path, from gc.tune / `gcompile
-    tune`: the training step's GEMM tiles it measured fastest on its GPU (gcompile/tune.py)."""
+    tune`: the training step's GEMM tiles it measured fastest on its GPU (gcompile/tune.py). source: the model
+    file the generated header names (default: the file of the code that called gcompile, else "<python>")."""
+    source = source or calling_file()
     if target not in TARGETS:
         raise GCompileError(f"compile: unknown target {target!r}; expected one of {TARGETS}")
     check_precision(precision)
@@ -49,6 +52,17 @@ def compile(program, target: str = "cuda", out_dir=None, name: str | None = None
         compiled = compile_program(program, target, name, source, precision=precision, tuning=record,
                                    build_command=header_commands(target, compiler, flags))
         return build(compiled, out_dir, arch, cudart, program_key=key, sanitize=sanitize)
+
+
+def calling_file() -> str:
+    """The file of the innermost caller outside the gcompile package (the user's model script), or "<python>"
+    (an interactive session, `python -c`)."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back
+    name = frame.f_code.co_filename if frame is not None else ""
+    return name if os.path.isfile(name) else "<python>"
 
 
 def fingerprint(program, settings) -> str:
@@ -101,8 +115,9 @@ class Executor:
             from .loader import load
             text = f"{self.target}\n{self.precision}\n{format_graph(self.nodes)}"
             key = hashlib.sha256(text.encode()).hexdigest()[:16]
+            # (one source for every caller: the cache folder is the graph's, whoever runs it)
             artifact = compile(self.nodes, self.target, cache_dir() / f"{self.target}-{key}", name="executor",
-                               precision=self.precision)
+                               source="<gc.Executor>", precision=self.precision)
             self.model = load(artifact)
         return self.model
 
