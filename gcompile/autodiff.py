@@ -26,7 +26,12 @@ def sum_to_shape(g: Node, shape: tuple) -> Node:
 
 def gradients(y: Node, xs: Sequence[Node], grad_y: Node | None = None) -> list[Node]:
     """d(sum of y * grad_y)/dx for each x in xs; grad_y defaults to ones. Inputs y does not depend on get
-    zeros of their shape."""
+    zeros of their shape. The nodes it makes are of the backward phase (graph.phase)."""
+    with G.phase("bwd"):
+        return differentiate(y, xs, grad_y)
+
+
+def differentiate(y: Node, xs: Sequence[Node], grad_y: Node | None) -> list[Node]:
     if y.dtype not in G.FLOAT_DTYPES:
         raise GCompileError(f"gradients: cannot differentiate {y.describe()}: not a float value")
     if grad_y is None:

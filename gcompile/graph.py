@@ -10,6 +10,7 @@ pass and test relies on.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Iterable, Sequence
 
@@ -22,6 +23,20 @@ MAX_NDIM = 8   # the generated tables (and the data and checkpoint readers) hold
 FLOAT_DTYPES = ("float32", "float64")
 
 _ids = itertools.count()
+_phases: list[str] = []   # the phase nodes are being made in (phase()); none: the forward pass
+PHASES = ("fwd", "bwd", "update")
+
+
+@contextlib.contextmanager
+def phase(name: str):
+    """Nodes made inside are of phase `name`: "bwd" (gradients), "update" (the optimizer, the guard) — what the
+    generated kernels' comments say of each node they implement. Outside any, "fwd"; an assign is "update"."""
+    assert name in PHASES, name
+    _phases.append(name)
+    try:
+        yield
+    finally:
+        _phases.pop()
 
 
 def canonical_dtype(dtype) -> str:
@@ -34,7 +49,7 @@ def canonical_dtype(dtype) -> str:
 class Node:
     """One value of the graph. Build nodes with the API functions, not with this constructor."""
 
-    __slots__ = ("id", "name", "op", "inputs", "attrs", "shape", "dtype")
+    __slots__ = ("id", "name", "op", "inputs", "attrs", "shape", "dtype", "phase")
     __array_priority__ = 1000  # numpy scalars on the left defer to Node's reflected operators
 
     def __init__(self, op: str, inputs: Sequence["Node"], attrs: dict | None = None, name: str | None = None):
@@ -45,6 +60,7 @@ class Node:
         self.inputs = tuple(inputs)
         self.attrs = dict(attrs or {})
         self.name = name or f"{op}_{self.id}"
+        self.phase = "update" if op == "assign" else _phases[-1] if _phases else "fwd"
         self.shape, self.dtype = get_op(op).infer(self)
         self.shape = tuple(int(d) for d in self.shape)
         if len(self.shape) > MAX_NDIM:
@@ -117,6 +133,18 @@ def is_whole(value) -> bool:
 def leaf_shape(op: str, name: str, shape) -> tuple[int, ...]:
     """A placeholder's or variable's shape (checked_shape)."""
     return checked_shape(f"{op} {name!r}", shape)
+
+
+def rebuilt(node: Node, inputs: Sequence[Node]) -> Node:
+    """node made again over other inputs (a pass's rewrite): its op, attributes, name and phase kept."""
+    return node if tuple(inputs) == node.inputs else in_phase_of(node, Node(node.op, inputs, node.attrs,
+                                                                            name=node.name))
+
+
+def in_phase_of(node: Node, new: Node) -> Node:
+    """`new`, which stands for `node` (a rewrite of it), given node's phase."""
+    new.phase = node.phase
+    return new
 
 
 def placeholder(name: str, shape: Sequence[int], dtype="float32") -> Node:

@@ -10,7 +10,7 @@ rebuilt the same way. gc.Program specializes its train step and its eval outputs
 from __future__ import annotations
 
 from .errors import GCompileError
-from .graph import Node, topological_order
+from .graph import Node, rebuilt, topological_order
 
 MODES = ("train", "eval")
 
@@ -32,7 +32,7 @@ def specialize(outputs, mode: str) -> tuple[list[Node], list[Node]]:
                     pending += node.attrs["train_updates"]
                 continue
             inputs = tuple(memo[i] for i in node.inputs)
-            memo[node] = node if inputs == node.inputs else Node(node.op, inputs, node.attrs, name=node.name)
+            memo[node] = rebuilt(node, inputs)
         # an update's value may itself hold mode_select nodes (batch norm after dropout): another round
         roots = [a for a in dict.fromkeys(pending) if a not in memo]
         updates += roots

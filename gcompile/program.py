@@ -45,12 +45,14 @@ class Program:
             raise GCompileError(f"Program: parameter {other[0].describe()} and the loss {loss.describe()} have "
                                 f"different dtypes; the optimizer updates parameters of the loss's dtype (cast the "
                                 f"loss: gc.cast(loss, {other[0].dtype!r}))")
-        updates = optimizer.updates(self.params, self.grads, loss.dtype) if optimizer else []
+        with G.phase("update"):
+            updates = optimizer.updates(self.params, self.grads, loss.dtype) if optimizer else []
         train, state_updates = specialize([loss] + updates, "train")
         self.loss, self.updates = train[0], train[1:] + state_updates
         if optimizer:
             self.step = G.step_counter()
-            self.updates = guarded(self.updates, self.loss, self.step) + [G.assign(self.step, self.step + 1)]
+            with G.phase("update"):
+                self.updates = guarded(self.updates, self.loss, self.step) + [G.assign(self.step, self.step + 1)]
         names = list(outputs or {})
         self.outputs = dict(zip(names, specialize([outputs[n] for n in names], "eval")[0]))
         order = G.topological_order(self.train_outputs + list(self.outputs.values()))

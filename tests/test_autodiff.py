@@ -279,3 +279,25 @@ def test_gradient_nodes_are_ordinary_graph_nodes():
     assert g.shape == (2, 3) and g.dtype == "float32"
     assert x in gc.topological_order([g])
     np.testing.assert_allclose(run64([g], {x: X2})[0], np.exp(X2), rtol=1e-15)
+
+
+def test_nodes_carry_their_phase_into_the_kernel_comments():
+    """design.md: each kernel's comment names its nodes "with shapes, fwd/bwd". Nodes made by gradients() are
+    "bwd", the optimizer's and the guard's "update", the rest "fwd"; a pass that rewrites a node (simplify's
+    folds, fuse's expansions, modes' specialization) keeps its phase, so the generated comments say it."""
+    import re
+    from graphs import mlp_program
+    from gcompile.pipeline import compile_program
+    program = mlp_program(16, dims=(20, 8, 4))
+    assert program.loss.phase == "fwd" and {g.phase for g in program.grads} == {"bwd"}
+    assert {u.phase for u in program.updates} == {"update"}
+    source = compile_program(program, "cpu").source
+    phase = {}
+    for line in source.splitlines():
+        m = re.fullmatch(r"//   (\w+) = (\w+)\(.*\) -> \[.*\] \w+   (fwd|bwd|update)", line)
+        if m:
+            phase[m.group(1), m.group(2)] = m.group(3)
+    assert set(phase.values()) == {"fwd", "bwd", "update"}
+    assert all(p == "fwd" for (name, op), p in phase.items() if op == "relu")
+    assert all(p == "bwd" for (name, op), p in phase.items() if op == "relu_grad")
+    assert all(p == "update" for (name, op), p in phase.items() if op == "assign")

@@ -511,7 +511,7 @@ class Grouping:
                 self.close(v, outer)
             else:
                 inputs = tuple(outer[i] for i in v.inputs)
-                outer[v] = v if inputs == v.inputs else Node(v.op, inputs, v.attrs, name=v.name)
+                outer[v] = G.rebuilt(v, inputs)
         return {g: [outer[o] for o in outs] for g, outs in self.graphs.items()}
 
     def close(self, g: Group, outer: dict):
@@ -572,11 +572,13 @@ def expand(outputs: list[Node]) -> list[Node]:
     for n in order:
         inputs = tuple(new[i] for i in n.inputs)
         if n.op in EXPANSIONS:
-            m = EXPANSIONS[n.op](n, *inputs)
+            with G.phase(n.phase):   # (the nodes an expansion makes are of the phase of what they expand)
+                m = EXPANSIONS[n.op](n, *inputs)
             m.name = n.name
         elif n.op == "relu_grad" and n.inputs[0] in activated:
-            m = Node("relu_grad", (G.relu(inputs[0]), inputs[1]), name=n.name)
+            with G.phase(n.phase):
+                m = Node("relu_grad", (G.relu(inputs[0]), inputs[1]), name=n.name)
         else:
-            m = n if inputs == n.inputs else Node(n.op, inputs, n.attrs, name=n.name)
+            m = G.rebuilt(n, inputs)
         new[n] = m
     return [new[o] for o in outputs]

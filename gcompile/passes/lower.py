@@ -182,8 +182,10 @@ def kernel_key(name: str) -> str:
 
 
 def describe(node: Node) -> str:
+    """A kernel comment's line for a node it implements: its op, operands and shapes, and its phase (fwd, bwd,
+    update: graph.phase)."""
     args = ", ".join(f"{i.name} {list(i.shape)}" for i in node.inputs)
-    return f"{node.name} = {node.op}({args}) -> {list(node.shape)} {node.dtype}"
+    return f"{node.name} = {node.op}({args}) -> {list(node.shape)} {node.dtype}   {node.phase}"
 
 
 def threads(layout: Layout) -> tuple[int, int]:

@@ -44,7 +44,7 @@ def simplify(outputs: list[Node]) -> list[Node]:
             replaced[node] = node
             continue
         inputs = tuple(replaced[i] for i in node.inputs)
-        new = node if inputs == node.inputs else Node(node.op, inputs, node.attrs, name=node.name)
+        new = G.rebuilt(node, inputs)
         new = rewrite(new)
         if new.op not in IDENTITY_LEAVES + ("assign",):
             new = canonical.setdefault(cse_key(new), new)
@@ -58,10 +58,10 @@ def rewrite(n: Node) -> Node:
     if n.op == "assign":
         return n
     if n.op in ("ones_like", "zeros_like") and n.shape == ():
-        return G.constant(1 if n.op == "ones_like" else 0, dtype=n.dtype, name=n.name)
+        return G.in_phase_of(n, G.constant(1 if n.op == "ones_like" else 0, dtype=n.dtype, name=n.name))
     if n.inputs and n.shape == () and all(is_scalar_constant(i) for i in n.inputs):
         value = get_op(n.op).compute(n, *(i.attrs["value"] for i in n.inputs))
-        return G.constant(value, dtype=n.dtype, name=n.name)
+        return G.in_phase_of(n, G.constant(value, dtype=n.dtype, name=n.name))
     x = n.inputs[0] if n.inputs else None
     if n.op in ("reshape", "broadcast_to") and x.shape == n.shape:
         return x
@@ -69,7 +69,7 @@ def rewrite(n: Node) -> Node:
         return x
     if n.op == "reshape" and x.op == "reshape":
         root = x.inputs[0]
-        return root if root.shape == n.shape else Node("reshape", (root,), n.attrs, name=n.name)
+        return root if root.shape == n.shape else G.in_phase_of(n, Node("reshape", (root,), n.attrs, name=n.name))
     if n.op in ("mul", "div", "add", "sub"):
         a, b = n.inputs
         neutral = is_one if n.op in ("mul", "div") else is_zero
