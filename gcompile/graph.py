@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -23,20 +24,27 @@ MAX_NDIM = 8   # the generated tables (and the data and checkpoint readers) hold
 FLOAT_DTYPES = ("float32", "float64")
 
 _ids = itertools.count()
-_phases: list[str] = []   # the phase nodes are being made in (phase()); none: the forward pass
+_phases = threading.local()   # .stack: the phases this thread's nodes are being made in (phase())
 PHASES = ("fwd", "bwd", "update")
 
 
 @contextlib.contextmanager
 def phase(name: str):
-    """Nodes made inside are of phase `name`: "bwd" (gradients), "update" (the optimizer, the guard) — what the
-    generated kernels' comments say of each node they implement. Outside any, "fwd"; an assign is "update"."""
+    """Nodes this thread makes inside are of phase `name`: "bwd" (gradients), "update" (the optimizer, the
+    guard) — what the generated kernels' comments say of each node they implement. Outside any, "fwd"; an
+    assign is "update"."""
     assert name in PHASES, name
-    _phases.append(name)
+    stack = _phases.__dict__.setdefault("stack", [])
+    stack.append(name)
     try:
         yield
     finally:
-        _phases.pop()
+        stack.pop()
+
+
+def current_phase() -> str:
+    stack = getattr(_phases, "stack", None)
+    return stack[-1] if stack else "fwd"
 
 
 def canonical_dtype(dtype) -> str:
@@ -60,7 +68,7 @@ class Node:
         self.inputs = tuple(inputs)
         self.attrs = dict(attrs or {})
         self.name = name or f"{op}_{self.id}"
-        self.phase = "update" if op == "assign" else _phases[-1] if _phases else "fwd"
+        self.phase = "update" if op == "assign" else current_phase()
         self.shape, self.dtype = get_op(op).infer(self)
         self.shape = tuple(int(d) for d in self.shape)
         if len(self.shape) > MAX_NDIM:
