@@ -352,7 +352,7 @@ def rows_fit(tile: Tile, split: int, rows: bool, k: int = 0, trans_a: bool = Fal
     (a tile that fit at batch 3584 needed 49 KB at 3585: nvcc's static_assert stopped the build)."""
     if not rows or tile.stages or tile.tf32 not in (0, 1, 3):
         return True
-    indices = -(-(-(-k // split)) // tile.bk) * tile.bk if trans_a else tile.bm
+    indices = math.ceil(math.ceil(k / split) / tile.bk) * tile.bk if trans_a else tile.bm   # (the C side's IDX)
     return tile.smem_bytes(split) + 4 * indices <= SMEM_LIMIT
 
 

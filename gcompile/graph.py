@@ -337,14 +337,16 @@ def assign(var: Node, value: Node):
 # Convolutional networks (layout NCHW; the window ops' rules are in gcompile/ops/conv.py)
 # ---------------------------------------------------------------------------------------------
 def _window(op: str, kernel, stride, padding) -> dict:
-    """A window op's attributes, checked: a kernel of one whole number or a pair of them, a whole stride and
-    padding (their ranges are the op's infer's to check). 1.5 is not silently 1."""
+    """A window op's attributes, checked: a kernel of one whole number or a pair of them, a whole stride (None:
+    the kernel's height KH, the pools' default) and padding (their ranges are the op's infer's to check). 1.5
+    is not silently 1."""
     try:
         pair = (kernel, kernel) if is_whole(kernel) else tuple(kernel)
     except TypeError:
         pair = ()
     if len(pair) != 2 or not all(is_whole(k) for k in pair):
         raise ShapeError(f"{op}: kernel must be a whole number or a pair of them, not {kernel!r}")
+    stride = pair[0] if stride is None else stride
     for name, value in (("stride", stride), ("padding", padding)):
         if not is_whole(value):
             raise ShapeError(f"{op}: {name} must be a whole number, not {value!r}")
@@ -399,17 +401,13 @@ def per_image(v, shape):
 def max_pool2d(x, kernel, stride: int | None = None, padding: int = 0):
     """Max over kernel windows (padding counts as -inf); stride defaults to the kernel's height KH, on both axes
     (a (2, 3) kernel moves 2 along W too: give stride for another)."""
-    window = _window("max_pool2d", kernel, 1 if stride is None else stride, padding)
-    window["stride"] = window["stride"] if stride is not None else window["kernel"][0]
-    return Node("max_pool2d", (x,), window)
+    return Node("max_pool2d", (x,), _window("max_pool2d", kernel, stride, padding))
 
 
 def avg_pool2d(x, kernel, stride: int | None = None, padding: int = 0):
     """Mean over kernel windows (padding counts as zeros, divided by KH*KW); stride defaults to the kernel's
     height KH, on both axes."""
-    window = _window("avg_pool2d", kernel, 1 if stride is None else stride, padding)
-    window["stride"] = window["stride"] if stride is not None else window["kernel"][0]
-    return Node("avg_pool2d", (x,), window)
+    return Node("avg_pool2d", (x,), _window("avg_pool2d", kernel, stride, padding))
 
 
 def global_avg_pool(x):

@@ -12,6 +12,7 @@ Views (reshape, group_output), leaves and scalar constants produce no kernel.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -157,9 +158,9 @@ def row_mma_fits(matmul: Node) -> bool:
     static shared memory went past what a block may have (ptxas refused it, or beside the staged Bs the first
     launch would have failed): such chains keep the fp32 stages."""
     k, n = inner_size(matmul.inputs[0], matmul.attrs["trans_a"]), matmul.shape[-1]
-    a_rows = CHAIN_MMA_ROWS * (-(-k // 8) * 8 + 4) * 4        # K padded to 8, plus 4 (gc_row_mma_shape::LDA)
-    warp_tiles = -(-(-(-n // 16) + 1) // (BLOCK // 32))       # (+1: a swizzled layout's count, at most one more)
-    return a_rows + BLOCK * 4 <= ROW_MMA_STAGE_BYTES and warp_tiles <= 16
+    a_rows = CHAIN_MMA_ROWS * (math.ceil(k / 8) * 8 + 4) * 4   # K padded to 8, plus 4 (gc_row_mma_shape::LDA)
+    tiles = math.ceil(n / 16) + 1                               # (+1: a swizzled layout has at most one more)
+    return a_rows + BLOCK * 4 <= ROW_MMA_STAGE_BYTES and math.ceil(tiles / (BLOCK // 32)) <= 16
 
 
 def chain_rows(m: int, cap: int) -> int:
