@@ -6,7 +6,6 @@ process.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -22,7 +21,7 @@ import numpy as np
 from .build import Artifact
 from .checkpoint import checked_path
 from .errors import DataError, GCompileError, RuntimeFailure
-from .resources import sha256_of
+from .resources import read_json, sha256_of
 from .executor import check_feed
 
 CDEF = """
@@ -82,15 +81,8 @@ def resolve(artifact) -> dict:
             if len(found) != 1:
                 raise GCompileError(f"{path}: expected one manifest (*.json) in the directory, found {len(found)}")
             path = found[0]
-    try:
-        manifest = json.loads(path.read_bytes().decode())
-    except OSError as e:
-        raise GCompileError(f"{path}: cannot read the manifest ({e.strerror})") from None
-    except UnicodeDecodeError as e:   # (the binary, the library or a checkpoint given for the manifest)
-        raise GCompileError(f"{path}: not a gcompile manifest: not UTF-8 text (byte {e.start}); pass the build's "
-                            f".json manifest or its folder") from None
-    except json.JSONDecodeError as e:
-        raise GCompileError(f"{path}: not a gcompile manifest: {e}") from None
+    # (the binary, the library or a checkpoint given for the manifest: not text)
+    manifest = read_json(path, "manifest", "gcompile manifest", hint="; pass the build's .json manifest or its folder")
     if not isinstance(manifest, dict):
         raise GCompileError(f"{path}: not a gcompile manifest (a JSON {type(manifest).__name__}, not an object)")
     missing = [key for key in MANIFEST_KEYS if key not in manifest]

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import GCompileError
-from .resources import make_folder
+from .resources import make_folder, read_json
 from .passes.lower import C_TYPES, kernel_key
 
 FORMAT = "gcompile-tuning/1"
@@ -71,16 +71,7 @@ def read_record(tuning) -> dict:
     "source" (the file, or "tuning record"), which the later checks' messages name."""
     if isinstance(tuning, (str, Path)):
         path = Path(tuning)
-        try:
-            record = json.loads(path.read_bytes().decode())
-        except OSError as e:
-            raise GCompileError(f"{path}: cannot read the tuning record ({e.strerror})") from None
-        except UnicodeDecodeError as e:
-            raise GCompileError(f"{path}: not a tuning record: not UTF-8 text (byte {e.start})") from None
-        except json.JSONDecodeError as e:
-            raise GCompileError(f"{path}: not a tuning record: invalid JSON at line {e.lineno} column {e.colno} "
-                                f"({e.msg})") from None
-        where = str(path)
+        record, where = read_json(path, "tuning record", "tuning record"), str(path)
     else:
         record, where = tuning, "tuning record"
     if not isinstance(record, dict) or record.get("format") != FORMAT:
