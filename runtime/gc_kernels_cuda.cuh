@@ -1117,6 +1117,34 @@ GC_SHARED int gc_transpose(const float* src, float* dst, int rows, int cols) {
     return gc_launch(gc_transpose_kernel, dim3((cols + 31) / 32, (rows + 31) / 32), dim3(32, 8), src, dst, rows, cols);
 }
 
+// Floats [first, first + count) of n uint8 values widened where they lie (gc_widen_pixels): value i's byte at
+// at[3n + i], its float gc_pixel(byte, scale) at ((float*)at)[i].
+__global__ void gc_widen_pixels_kernel(unsigned char* at, int64_t n, int64_t first, int64_t count, float scale) {
+#if GC_BODIES
+    gc_wait_prior();   // the launch before read the bytes this one's floats overwrite
+    const unsigned char* bytes = at + 3 * n;
+    float* out = (float*)at;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = first + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < first + count; i += stride)
+        out[i] = gc_pixel(bytes[i], scale);
+#endif
+}
+
+// The trainer's uint8 images as floats on the device (gc_main.h, gc_upload_split): the n bytes at at + 3n become n
+// floats at at, in place. With d values done, a launch widens p = 3 (n - d) / 4 more (the last alone when one is
+// left): their floats end at 4 (d + p) <= 3n + d, before the first byte still to be read, and each launch waits for
+// the one before. ~log4(n) launches (MNIST's 47M bytes: 13).
+GC_SHARED int gc_widen_pixels(unsigned char* at, int64_t n, float scale) {
+    for (int64_t done = 0; done < n;) {
+        const int64_t left = n - done, part = left > 1 ? 3 * left / 4 : 1;
+        const int64_t blocks = (part + GC_BLOCK - 1) / GC_BLOCK;
+        GC_TRY(gc_launch(gc_widen_pixels_kernel, (unsigned)(blocks < 4096 ? blocks : 4096), GC_BLOCK, at, n, done, part,
+                         scale));
+        done += part;
+    }
+    return GC_OK;
+}
+
 #if defined(GC_PART_KERNELS) || defined(GC_PART_LAUNCH)   // the gathers the host part's trainer calls (gc_main.h: gc_gather_batch)
 template int gc_gather<uint8_t>(const uint8_t*, const int32_t*, const gc_cursor*, int64_t, int, int, float, float*,
                                 int32_t*, int, const float*, double*);
@@ -1134,4 +1162,5 @@ GC_SHARED int gc_set_cursor(gc_cursor* cursor, int64_t step, gc_perm order, int 
 GC_SHARED int gc_steps_done(gc_cursor* cursor, int64_t steps, const float* loss, double* sums);
 GC_SHARED int gc_count_correct(const float* logits, const int32_t* y, int count, int classes, int64_t* correct,
                                int first);
+GC_SHARED int gc_widen_pixels(unsigned char* at, int64_t n, float scale);
 #endif   // GC_KERNELS0

@@ -263,33 +263,35 @@ GC_EXPORT int gc_check_file(const char* kind, const char* path) {
 }
 
 static size_t gc_align(size_t n) { return (n + 255) & ~(size_t)255; }
+// A uint8 split's images as the steps see them where GC_X_FLOAT (a cuda program whose GEMMs read x in place with
+// fp32 pipelined or wgmma tiles, emit.rows_as_floats: those kernels copy float rows straight into shared memory
+// and refuse uint8 ones, which they could not convert): floats, gc_pixel(u8, scale), the values every reader sees
+// bit for bit. The host uploads the bytes (MNIST's 60,000 images: 47 MB) and the device widens them where they lie
+// (gc_widen_pixels); its images take four times their bytes there (188 MB).
+static int gc_split_widens(const gc_split* s) { return GC_X_FLOAT && s->images.dtype == GC_U8 && s->images.count; }
+static size_t gc_split_image_bytes(const gc_split* s) {
+    return (size_t)s->images.count * (gc_split_widens(s) ? sizeof(float) : gc_dtype_sizes[s->images.dtype]);
+}
 static size_t gc_split_bytes(const gc_split* s) {
-    return gc_align((size_t)s->images.count * gc_dtype_sizes[s->images.dtype]) + gc_align(sizeof(int32_t) * s->count);
+    return gc_align(gc_split_image_bytes(s)) + gc_align(sizeof(int32_t) * s->count);
 }
 
-// A uint8 split's images as the steps see them (gc_pixel: u8 * scale, in float), for a cuda program whose
-// GEMMs read x in place with fp32 pipelined or wgmma tiles (GC_X_FLOAT, emit.rows_as_floats): those kernels copy
-// float rows straight into shared memory (cp.async) and refuse uint8 ones, which they could not convert. Four times
-// the device memory for the images (MNIST's 60,000: 188 MB instead of 47), and the same values bit for bit.
-static int gc_split_as_floats(gc_split* s, double scale) {
-    if (!GC_X_FLOAT || s->images.dtype != GC_U8 || !s->images.count) return GC_OK;
-    float* f = (float*)malloc(sizeof(float) * (size_t)s->images.count);
-    if (!f) return gc_fail(GC_ERR_MEMORY, "out of host memory (converting %lld images to float)", (long long)s->count);
-    const uint8_t* u = (const uint8_t*)s->images.data;
-    const float k = (float)scale;
-    for (int64_t i = 0; i < s->images.count; i++) f[i] = gc_pixel(u[i], k);
-    free(s->images.data);
-    s->images.data = f;
-    s->images.dtype = GC_F32;
-    return GC_OK;
-}
-
-// Place a split at `at` in the data allocation and copy it there.
-static int gc_upload_split(gc_split* s, unsigned char* at) {
-    size_t ib = (size_t)s->images.count * gc_dtype_sizes[s->images.dtype];
+// Place a split at `at` in the data allocation and copy it there. Bytes to widen go to the last quarter of their
+// floats' place, from where gc_widen_pixels writes the floats over them.
+static int gc_upload_split(gc_split* s, unsigned char* at, double scale) {
+    const size_t n = (size_t)s->images.count;
     s->images_dev = at;
-    s->labels_dev = (int32_t*)(at + gc_align(ib));
-    GC_TRY(gc_copy_to_device(s->images_dev, s->images.data, ib));
+    s->labels_dev = (int32_t*)(at + gc_align(gc_split_image_bytes(s)));
+    const int widen = gc_split_widens(s);
+    GC_TRY(gc_copy_to_device(widen ? at + 3 * n : at, s->images.data, n * gc_dtype_sizes[s->images.dtype]));
+#ifdef GC_CUDA
+    if (widen) {
+        GC_TRY(gc_widen_pixels(at, (int64_t)n, (float)scale));
+        s->images.dtype = GC_F32;
+    }
+#else
+    (void)scale;   // GC_X_FLOAT is the cuda target's
+#endif
     GC_TRY(gc_copy_to_device(s->labels_dev, s->labels.data, sizeof(int32_t) * s->count));
     gc_array_free(&s->images);
     gc_array_free(&s->labels);
@@ -678,14 +680,13 @@ static int gc_trainer(const char* argv0, const gc_options* o) {
     if ((rc = gc_start_state(m, argv0, o))) goto done;
     if (is_train && (rc = gc_load_split(o->data, "train", &L.train))) goto done;
     if ((rc = gc_load_split(o->data, is_train ? "valid" : o->split, &L.valid))) goto done;
-    if ((rc = gc_split_as_floats(&L.train, o->scale)) || (rc = gc_split_as_floats(&L.valid, o->scale))) goto done;
     {
         // one allocation: the splits, then the cursor, the correct count and the loss sums
         size_t bytes = gc_split_bytes(&L.train) + gc_split_bytes(&L.valid) + gc_align(sizeof(gc_cursor)) + 256;
         if ((rc = gc_device_alloc((void**)&data, bytes, "dataset"))) goto done;
         unsigned char* at = data;
-        if (is_train) { if ((rc = gc_upload_split(&L.train, at))) goto done; at += gc_split_bytes(&L.train); }
-        if ((rc = gc_upload_split(&L.valid, at))) goto done;
+        if (is_train) { if ((rc = gc_upload_split(&L.train, at, o->scale))) goto done; at += gc_split_bytes(&L.train); }
+        if ((rc = gc_upload_split(&L.valid, at, o->scale))) goto done;
         at += gc_split_bytes(&L.valid);
         L.cursor = (gc_cursor*)at;
         L.correct = (int64_t*)(at + gc_align(sizeof(gc_cursor)));

@@ -115,6 +115,29 @@ def test_gathered_batches_and_row_indices_train_alike(target, dataset, tmp_path,
         np.testing.assert_array_equal(value, runs[1][1].tensors[name], err_msg=name)
 
 
+@pytest.mark.gpu
+def test_images_widened_on_the_device_train_as_bytes(dataset, tmp_path, monkeypatch):
+    """GC_X_FLOAT (emit.rows_as_floats): the cuda trainer uploads a uint8 dataset's bytes and widens them to floats
+    in place on the device (gc_widen_pixels, ~log4(n) launches, each writing over bytes the one before read); the
+    steps then read floats where they read bytes: the same values, so the same run bit for bit, the validation
+    split (41 rows: an odd count of values) included."""
+    import importlib
+    plan_memory = importlib.import_module("gcompile.passes.plan_memory")
+    emit = importlib.import_module("gcompile.passes.emit")
+    monkeypatch.setattr(plan_memory, "GATHERED_MAX", 0)
+    as_bytes = gc.compile(program(), target="cuda", out_dir=tmp_path / "bytes")
+    monkeypatch.setattr(emit, "rows_as_floats", lambda kernels, target: target == "cuda")
+    widened = gc.compile(program(), target="cuda", out_dir=tmp_path / "widened")
+    assert "#define GC_X_FLOAT 0" in open(as_bytes.source).read()
+    assert "#define GC_X_FLOAT 1" in open(widened.source).read()
+    runs = [train(a, dataset, tmp_path, "--epochs", "2", "--seed", "3", tag=tag)
+            for a, tag in ((as_bytes, "bytes"), (widened, "widened"))]
+    assert [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[0][0]] == \
+        [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[1][0]]
+    for name, value in runs[0][1].tensors.items():
+        np.testing.assert_array_equal(value, runs[1][1].tensors[name], err_msg=name)
+
+
 def test_order_depends_on_the_seed_only(artifact, dataset, tmp_path):
     _, a, _ = train(artifact, dataset, tmp_path, "--epochs", "2", "--seed", "4", tag="a")
     _, b, _ = train(artifact, dataset, tmp_path, "--epochs", "2", "--seed", "4", tag="b")

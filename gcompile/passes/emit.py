@@ -202,9 +202,10 @@ def next_batch_hook(train: list, plan, module, target: str = "cpu") -> dict | No
 
 def rows_as_floats(kernels: list, target: str) -> bool:
     """Whether the cuda trainer gives the steps its uint8 images as floats (GC_X_FLOAT; gc_main.h,
-    gc_split_as_floats): where a GEMM that reads them in place has an fp32 pipelined or a wgmma tile, whose
-    kernels copy float rows straight into shared memory and refuse uint8 ones (the mma.sync tensor-core pipeline
-    reads both; the register-staged kernel's and a chain's or post kernel's row loads convert as they read)."""
+    gc_upload_split: widened on the device, gc_widen_pixels): where a GEMM that reads them in place has an fp32
+    pipelined or a wgmma tile, whose kernels copy float rows straight into shared memory and refuse uint8 ones
+    (the mma.sync tensor-core pipeline reads both; the register-staged kernel's and a chain's or post kernel's
+    row loads convert as they read)."""
     if target != "cuda":
         return False
     tiles = [Tile.parse(k.values["tile"])[0] for k in kernels if k.kind == "matmul" and k.values["rows"]]
