@@ -47,7 +47,7 @@ import numpy as np
 
 from . import resources
 from .errors import DataError
-from .resources import file_lock, make_folder, sha256_of
+from .resources import file_lock, make_folder, read_json, sha256_of
 
 SPLITS = ("train", "valid", "test")
 KINDS = ("images", "labels")
@@ -234,10 +234,7 @@ def read_manifest(data_dir) -> dict:
     if not path.is_file():
         raise DataError(f"{path}: no dataset manifest here; create the dataset with `gcompile data mnist` "
                         f"(or `gcompile data fashion-mnist`), optionally with --out {data_dir}")
-    try:
-        manifest = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not valid JSON: {e}") from None
+    manifest = read_json(path, "dataset manifest", "dataset manifest", error=DataError)
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise DataError(f"{path}: not a gcompile dataset manifest (expected format {MANIFEST_FORMAT!r})")
     return manifest

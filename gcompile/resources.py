@@ -65,18 +65,17 @@ def new_temporary(folder, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", os.fsdecode(folder))
 
 
-def read_json(path, what: str, kind: str, hint: str = ""):
-    """A JSON file's value; GCompileError naming `path` where it cannot be read ("cannot read the `what`"), is
-    not text or not JSON ("not a `kind`: ..."; `hint` after the first: what to pass instead)."""
+def read_json(path, what: str, kind: str, hint: str = "", error=GCompileError):
+    """A JSON file's value; `error` (a GCompileError) naming `path` where it cannot be read ("cannot read the
+    `what`"), is not text or not JSON ("not a `kind`: ..."; `hint` after the first: what to pass instead)."""
     try:
         return json.loads(Path(path).read_bytes().decode())
     except OSError as e:
-        raise GCompileError(f"{path}: cannot read the {what} ({e.strerror})") from None
+        raise error(f"{path}: cannot read the {what} ({e.strerror})") from None
     except UnicodeDecodeError as e:   # (a binary file given for it)
-        raise GCompileError(f"{path}: not a {kind}: not UTF-8 text (byte {e.start}){hint}") from None
+        raise error(f"{path}: not a {kind}: not UTF-8 text (byte {e.start}){hint}") from None
     except json.JSONDecodeError as e:
-        raise GCompileError(f"{path}: not a {kind}: invalid JSON at line {e.lineno} column {e.colno} "
-                            f"({e.msg})") from None
+        raise error(f"{path}: not a {kind}: invalid JSON at line {e.lineno} column {e.colno} ({e.msg})") from None
 
 
 def write_temporary(path, write, prefix: str | None = None, error=None) -> Path:

@@ -241,6 +241,22 @@ def test_missing_manifest_says_how_to_make_one(tmp_path):
         data.load_dataset(tmp_path)
 
 
+def test_unreadable_manifest_is_named(tmp_path):
+    """The manifest is read as every gcompile JSON file is (resources.read_json), with DataError."""
+    path = tmp_path / "manifest.json"
+    path.write_text('{"format": ')
+    with pytest.raises(DataError, match=r"manifest.json: not a dataset manifest: invalid JSON at line 1 column 12"):
+        data.load_dataset(tmp_path)
+    path.write_bytes(b"\x93NUMPY")
+    with pytest.raises(DataError, match=r"manifest.json: not a dataset manifest: not UTF-8 text \(byte 0\)"):
+        data.load_dataset(tmp_path)
+    if os.geteuid() != 0:   # (root reads any file)
+        path.write_text("{}")
+        path.chmod(0)
+        with pytest.raises(DataError, match=r"manifest.json: cannot read the dataset manifest \(Permission denied\)"):
+            data.load_dataset(tmp_path)
+
+
 def test_default_data_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("GCOMPILE_DATA", str(tmp_path / "d"))
     assert data.default_data_dir("mnist") == tmp_path / "d" / "mnist"
