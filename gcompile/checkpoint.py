@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import DataError, GCompileError
 from .graph import MAX_NDIM
-from .resources import write_atomically
+from .resources import read_regular_file, write_atomically
 
 MAGIC = b"GCKPT\0\0\0"
 VERSION = 3
@@ -112,8 +112,7 @@ def read_checkpoint(path) -> Checkpoint:
     needed. Raises DataError for anything but a complete, uncorrupted checkpoint of this format version."""
     path = checked_path(path)   # open() would take an int as a file descriptor, and close it
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular_file(path)
     except OSError as e:
         raise DataError(f"{path}: cannot read checkpoint: {e.strerror}") from None
     return decode(data, str(path))

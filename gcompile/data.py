@@ -231,13 +231,51 @@ def write_locked(out_dir: Path, name: str, splits: dict, image_shape, num_classe
 
 def read_manifest(data_dir) -> dict:
     path = Path(data_dir) / MANIFEST
-    if not path.is_file():
+    if not path.exists():   # (something else than a file there: read_json says what)
         raise DataError(f"{path}: no dataset manifest here; create the dataset with `gcompile data mnist` "
                         f"(or `gcompile data fashion-mnist`), optionally with --out {data_dir}")
     manifest = read_json(path, "dataset manifest", "dataset manifest", error=DataError)
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise DataError(f"{path}: not a gcompile dataset manifest (expected format {MANIFEST_FORMAT!r})")
+    problem = manifest_problem(manifest)
+    if problem:
+        raise DataError(f"{path}: not a valid dataset manifest: {problem}; run `gcompile data` again")
     return manifest
+
+
+def manifest_problem(manifest: dict) -> str | None:
+    """What is wrong with a manifest's fields (as write_locked writes them), or None."""
+    def count(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    if not isinstance(manifest.get("name"), str):
+        return "'name' is not a string"
+    if not count(manifest.get("num_classes")) or manifest["num_classes"] == 0:
+        return "'num_classes' is not a positive integer"
+    shape = manifest.get("image_shape")
+    if not isinstance(shape, list) or not shape or not all(count(d) and d > 0 for d in shape):
+        return "'image_shape' is not a list of positive integers"
+    scale = manifest.get("scale")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        return "'scale' is not a positive finite number"
+    if not isinstance(manifest.get("source", {}), dict):
+        return "'source' is not an object"
+    splits = manifest.get("splits")
+    if not isinstance(splits, dict) or not splits:
+        return "'splits' is not an object of splits"
+    for split, entry in splits.items():
+        for kind in KINDS:
+            info = entry.get(kind) if isinstance(entry, dict) else None
+            if not isinstance(info, dict):
+                return f"split {split!r} has no {kind!r} entry"
+            name = info.get("file")
+            if not isinstance(name, str) or not name or Path(name).name != name:
+                return f"split {split!r}: {kind} 'file' is not a file name in the folder"
+            if not isinstance(info.get("shape"), list) or not all(count(d) for d in info["shape"]):
+                return f"split {split!r}: {kind} 'shape' is not a list of sizes"
+            if not isinstance(info.get("dtype"), str) or not isinstance(info.get("sha256"), str):
+                return f"split {split!r}: {kind} 'dtype' or 'sha256' is not a string"
+    return None
 
 
 def load_dataset(data_dir, verify: bool = False) -> dict:
@@ -263,6 +301,11 @@ def load_dataset(data_dir, verify: bool = False) -> dict:
             if list(array.shape) != info["shape"] or array.dtype.name != info["dtype"]:
                 raise DataError(f"{path}: holds {array.dtype.name} {tuple(array.shape)}, the manifest says "
                                 f"{info['dtype']} {tuple(info['shape'])}")
+            if kind == "labels":   # as the trainer refuses them (gc_bad_label), every reader of the folder
+                bad = np.flatnonzero((array < 0) | (array >= manifest["num_classes"]))
+                if len(bad):
+                    raise DataError(f"{path}: label {array[bad[0]]} at index {bad[0]} is outside "
+                                    f"[0, {manifest['num_classes']})")
             arrays.append(array)
         dataset[split] = tuple(arrays)
     return dataset

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 from importlib import resources
 from pathlib import Path
 
@@ -65,11 +66,27 @@ def new_temporary(folder, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", os.fsdecode(folder))
 
 
+def read_regular_file(path) -> bytes:
+    """The bytes of the regular file at `path`; OSError where it cannot be read, with strerror "not a regular file"
+    for a folder, fifo, device or socket. Opened without blocking: opening a fifo to read waits for a writer (a fifo
+    in a checkpoint's or a manifest's place hung the reader), and a regular file's reads ignore O_NONBLOCK."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        return f.read()
+
+
 def read_json(path, what: str, kind: str, hint: str = "", error=GCompileError):
     """A JSON file's value; `error` (a GCompileError) naming `path` where it cannot be read ("cannot read the
     `what`"), is not text or not JSON ("not a `kind`: ..."; `hint` after the first: what to pass instead)."""
     try:
-        return json.loads(Path(path).read_bytes().decode())
+        return json.loads(read_regular_file(path).decode())
     except OSError as e:
         raise error(f"{path}: cannot read the {what} ({e.strerror})") from None
     except UnicodeDecodeError as e:   # (a binary file given for it)

@@ -1,6 +1,7 @@
 // gc_data.h — host-side readers for .npy (v1-v3, C order, little endian) and uncompressed IDX files.
 // Every header field and the exact byte count are validated; errors name the file and the byte offset.
 #if GC_HOST   // the host part (gc_runtime.h)
+#include <fcntl.h>
 #include <sys/stat.h>
 
 enum { GC_U8 = 0, GC_I32 = 1, GC_F32 = 2, GC_I64 = 3, GC_F64 = 4 };
@@ -33,15 +34,23 @@ static int64_t gc_bad_label(int dtype, const void* data, int64_t n, int64_t clas
     return -1;
 }
 
+// A regular file's bytes. Opened without blocking: opening a fifo to read waits for a writer (a fifo in a dataset
+// file's or a checkpoint's place hung the trainer), and a regular file's reads ignore O_NONBLOCK.
 static int gc_read_file(const char* path, unsigned char** out, size_t* size) {
     *out = NULL;
     *size = 0;
-    FILE* f = fopen(path, "rb");
-    if (!f) return gc_fail(GC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return gc_fail(GC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat info;
-    if (fstat(fileno(f), &info) != 0 || !S_ISREG(info.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        close(fd);
         return gc_fail(GC_ERR_IO, "%s: not a regular file", path);
+    }
+    FILE* f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return gc_fail(GC_ERR_IO, "%s: cannot open: %s", path, strerror(e));
     }
     size_t n = (size_t)info.st_size;
     unsigned char* buf = (unsigned char*)malloc(n ? n : 1);
@@ -238,9 +247,10 @@ static int gc_read_array(const char* path, gc_array* out) {
     return rc;
 }
 
+// Whether something is at path (gc_read_file says what, if it is not a regular file): stat, not an open, which a
+// fifo would block.
 static int gc_file_exists(const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (f) fclose(f);
-    return f != NULL;
+    struct stat info;
+    return stat(path, &info) == 0;
 }
 #endif   // GC_HOST

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import struct
 import subprocess
 import zlib
@@ -139,6 +140,9 @@ DATASET_CASES = {  # name: (file -> bytes to write over it, message regex)
     "idx truncated": ({"train_images.npy": idx_bytes(IMAGES)[:-1]}, r"expected 240 data bytes after the header"),
     "missing labels": ({"train_labels.npy": None}, r"train_labels.npy: cannot open: No such file"),
     "a folder": ({"train_labels.npy": "dir"}, r"train_labels.npy: not a regular file"),
+    # opening a fifo to read waits for a writer: the readers hung on one before they opened without blocking
+    "a fifo of labels": ({"train_labels.npy": "fifo"}, r"train_labels.npy: not a regular file"),
+    "a fifo of images": ({"train_images.npy": "fifo"}, r"train_images.npy: not a regular file"),
 }
 
 
@@ -149,6 +153,8 @@ def damaged_dataset(folder, case):
         (folder / name).unlink()
         if content == "dir":
             (folder / name).mkdir()
+        elif content == "fifo":
+            os.mkfifo(folder / name)
         elif content is not None:
             (folder / name).write_bytes(content)
     return folder

@@ -182,8 +182,16 @@ def test_paths_that_are_not_files(model, tmp_path):
         model.load(tmp_path)
     with pytest.raises(gc.DataError, match="none.ckpt: cannot read checkpoint: No such file"):
         gc.read_checkpoint(tmp_path / "none.ckpt")
+    with pytest.raises(gc.DataError, match="cannot read checkpoint: not a regular file"):
+        gc.read_checkpoint(tmp_path)
     with pytest.raises(gc.GCompileError, match="contains a NUL byte"):
         model.load("a\0b")
+    # a fifo: opening one to read waits for a writer (both readers hung on one)
+    os.mkfifo(tmp_path / "fifo.ckpt")
+    with pytest.raises(gc.RuntimeFailure, match="fifo.ckpt: not a regular file"):
+        model.load(tmp_path / "fifo.ckpt")
+    with pytest.raises(gc.DataError, match="fifo.ckpt: cannot read checkpoint: not a regular file"):
+        gc.read_checkpoint(tmp_path / "fifo.ckpt")
 
 
 def test_a_failed_save_leaves_the_existing_file_and_no_temporary(model, tmp_path):

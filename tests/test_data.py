@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import signal
 import struct
 import subprocess
@@ -236,6 +237,43 @@ def test_manifest_disagreeing_with_a_file(tmp_path):
         data.load_dataset(tmp_path)
 
 
+def test_labels_outside_the_classes_are_refused_by_every_reader(tmp_path):
+    """load_dataset checks the labels against the manifest's classes, as the trainer does (the numpy loop printed
+    an accuracy of 0 for a validation split of label 255)."""
+    splits = small_splits(np.random.RandomState(5))
+    splits["valid"][1][1] = 255
+    data.write_dataset(tmp_path, "toy", splits, (28, 28), 10, {})
+    with pytest.raises(DataError, match=r"valid_labels.npy: label 255 at index 1 is outside \[0, 10\)"):
+        data.load_dataset(tmp_path)
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda m: m.update(splits=[]), "'splits' is not an object of splits"),
+    (lambda m: m["splits"]["train"].pop("images"), "split 'train' has no 'images' entry"),
+    (lambda m: m.update(scale=float("nan")), "'scale' is not a positive finite number"),
+    (lambda m: m.update(scale="1/256"), "'scale' is not a positive finite number"),
+    (lambda m: m.update(num_classes=True), "'num_classes' is not a positive integer"),
+    (lambda m: m.update(image_shape=[28, 0]), "'image_shape' is not a list of positive integers"),
+    (lambda m: m.update(source=[]), "'source' is not an object"),
+    (lambda m: m["splits"]["test"]["labels"].update(file="../elsewhere.npy"),
+     "split 'test': labels 'file' is not a file name in the folder"),
+    (lambda m: m["splits"]["test"]["labels"].update(shape=[3.5]), "split 'test': labels 'shape' is not a list"),
+    (lambda m: m["splits"]["valid"]["images"].pop("sha256"), "split 'valid': images 'dtype' or 'sha256' is not"),
+])
+def test_a_malformed_manifest_is_a_data_error(tmp_path, change, problem):
+    """Every reader of the folder (load_dataset, `gcompile data`'s is_current, the numpy loop) gets a DataError
+    naming the field, not a KeyError or AttributeError; `gcompile data` then converts again."""
+    data.write_dataset(tmp_path, "toy", small_splits(np.random.RandomState(6)), (28, 28), 10, {})
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    change(manifest)
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=re.escape(f"manifest.json: not a valid dataset manifest: {problem}")):
+        data.load_dataset(tmp_path)
+    said = []
+    assert not data.is_current(tmp_path, "toy", said.append)
+    assert "converting again" in said[0]
+
+
 def test_missing_manifest_says_how_to_make_one(tmp_path):
     with pytest.raises(DataError, match="no dataset manifest here; create the dataset with `gcompile data mnist`"):
         data.load_dataset(tmp_path)
@@ -250,6 +288,11 @@ def test_unreadable_manifest_is_named(tmp_path):
     path.write_bytes(b"\x93NUMPY")
     with pytest.raises(DataError, match=r"manifest.json: not a dataset manifest: not UTF-8 text \(byte 0\)"):
         data.load_dataset(tmp_path)
+    path.unlink()
+    os.mkfifo(path)   # opening a fifo to read waits for a writer: the reader hung on one
+    with pytest.raises(DataError, match=r"manifest.json: cannot read the dataset manifest \(not a regular file\)"):
+        data.load_dataset(tmp_path)
+    path.unlink()
     if os.geteuid() != 0:   # (root reads any file)
         path.write_text("{}")
         path.chmod(0)

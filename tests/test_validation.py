@@ -355,6 +355,26 @@ def test_labels_out_of_range_are_refused_before_the_step(tmp_path, target):
         assert np.isfinite(m.train_step(xb, yb.astype(np.uint8))) and m.params["step"] == 1
 
 
+def test_labels_reshaped_or_widened_are_checked_too(tmp_path):
+    """Labels that reach softmax_cross_entropy through a reshape or a cast that keeps their values are the
+    placeholder's values: checked before the step as direct ones are (the cpu build gave a NaN loss, and a
+    gradient without the label's -1, where the numpy executor names the label)."""
+    x = gc.placeholder("x", (BATCH, FEATURES))
+    y = gc.placeholder("y", (BATCH, 1), dtype="uint8")
+    W = gc.variable("W", init=np.random.RandomState(2).normal(0, 0.5, (FEATURES, CLASSES)).astype(np.float32))
+    loss = gc.softmax_cross_entropy(x @ W, gc.cast(gc.reshape(y, (BATCH,)), "int32"))
+    program = gc.Program(loss, [W], gc.SGD(0.1), outputs={"loss": loss}, name="indirect")
+    xb, yb = good_batch()
+    bad = yb.astype(np.uint8).reshape(BATCH, 1)
+    bad[2] = 7
+    with pytest.raises(gc.GCompileError, match=rf"label 7 at index 2 is outside \[0, {CLASSES}\)"):
+        gc.NumpyExecutor([loss]).run({x: xb, y: bad})
+    with gc.load(gc.compile(program, target="cpu", out_dir=tmp_path)) as m:
+        with pytest.raises(gc.RuntimeFailure, match=rf"input 1 \(y\): label 7 at index 2 is outside \[0, {CLASSES}\)"):
+            m.train_step(xb, bad)
+        assert m.params["step"] == 0
+
+
 def test_non_contiguous_arrays_are_read_correctly(artifact):
     x, y = good_batch()
     strided = np.zeros((BATCH, 2 * FEATURES), np.float32)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..checkpoint import layout_hash
 from ..errors import GCompileError
 from ..executor import leaves_of
@@ -132,12 +134,20 @@ def trace(program, name: str = "model", source: str = "<python>") -> Module:
 
 
 def label_inputs(outputs: list[Node]) -> dict[str, int]:
-    """{placeholder name: classes} for the placeholders fed as softmax_cross_entropy's integer labels: the
-    compiled program checks their values against [0, classes) before it runs a step on them, as the numpy
-    executor does (its kernels would give a NaN loss, which the guard turns into halted updates)."""
+    """{placeholder name: classes} for the placeholders fed as softmax_cross_entropy's integer labels — directly,
+    reshaped, or cast to a type that holds every value of theirs (the labels are then the placeholder's values):
+    the compiled program checks their values against [0, classes) before it runs a step on them, as the numpy
+    executor does (its kernels would give a NaN loss, which the guard turns into halted updates). Labels computed
+    otherwise (arithmetic, a cast from floats or one that wraps) are not checked before the step."""
     labels = {}
     for node in topological_order(outputs):
-        if node.op == "softmax_cross_entropy" and node.inputs[1].op == "placeholder":
-            name, classes = node.inputs[1].name, node.inputs[0].shape[1]
+        if node.op != "softmax_cross_entropy" or node.inputs[1].dtype in FLOAT_DTYPES:
+            continue
+        source = node.inputs[1]
+        while source.op == "reshape" or (source.op == "cast" and np.can_cast(source.inputs[0].dtype, source.dtype,
+                                                                              "safe")):
+            source = source.inputs[0]
+        if source.op == "placeholder":
+            name, classes = source.name, node.inputs[0].shape[1]
             labels[name] = min(classes, labels.get(name, classes))
     return labels
