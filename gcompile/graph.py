@@ -546,6 +546,10 @@ def format_attr(value) -> str:
         return value.describe()
     if isinstance(value, tuple) and value and all(isinstance(v, Node) for v in value):
         return "[" + ",".join(v.name for v in value) + "]"   # nodes an attribute refers to (train_updates)
+    if callable(value):   # a plain function as an initializer: its name, not its address (the build key hashes
+        # this text: an address differs in every process; the values it makes are hashed apart)
+        name = getattr(value, "__qualname__", None) or type(value).__qualname__
+        return f"<{getattr(value, '__module__', None) or '?'}.{name}>".replace(" ", "")
     return str(value).replace(" ", "")
 
 

@@ -971,10 +971,12 @@ class GroupCode:
                 self.define(m, "global", global_after, global_done)
         global_stores = [self.store(m, "global") for m in written if ctx[m] == "global"]
         # what the global part reads from outside the group: the last block prefetches it before the ticket
-        # (Lowering.prefetch_globals keeps what the kernel does not write)
-        global_reads = sorted({self.group.external[x] for m in self.members if ctx[m] == "global"
-                               for x in m.inputs if x not in self.inside
-                               and not is_literal(storage_root(self.group.external[x]))}, key=lambda n: n.name)
+        # (Lowering.prefetch_globals keeps what the kernel does not write); in the order the members read them
+        # (sorted by name, reduce_sum_10 came before reduce_sum_8 and after it as reduce_sum_12: the source
+        # depended on how many nodes the process had made before)
+        global_reads = list(dict.fromkeys(self.group.external[x] for m in self.members if ctx[m] == "global"
+                                          for x in m.inputs if x not in self.inside
+                                          and not is_literal(storage_root(self.group.external[x]))))
         sx, sy = threads(lay)
         per = per or sx
         # A chain stage's short slices, where the block takes a slice for each of its warps (cuda): a warp
