@@ -1027,3 +1027,14 @@ def test_the_source_does_not_depend_on_the_nodes_made_before(target, monkeypatch
         source = compile_program(program(), target, "m").source
         sources.add(re.sub(r"[ ]+", " ", re.sub(r"_\d+", "_N", source)))
     assert len(sources) == 1
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_a_gemm_too_large_for_int_sizes_is_refused(target):
+    """gc_gemm takes int M, N, K: a K of 3e9 compiled, then the C++ build failed on a narrowing conversion."""
+    x = gc.placeholder("x", (2, 3_000_000_000))
+    w = gc.variable("w", (3_000_000_000, 1), init=gc.init.zeros())
+    program = gc.Program(gc.reduce_mean(x @ w), [w], gc.SGD(lr=0.1), name="huge")
+    with pytest.raises(gc.GCompileError, match=r"lower: matmul_\d+ .* is a GEMM of batch 1, M 2, N 1, "
+                                               r"K 3000000000: each must be below 2\^31"):
+        compile_program(program, target, "huge")

@@ -574,6 +574,9 @@ class Lowering:
         ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
         k = inner_size(a, ta)
         batch = node.shape[0] if node.ndim == 3 else 1
+        if max(m, n, k, batch) >= 2**31:   # (the C++ build failed on a narrowing conversion)
+            raise GCompileError(f"lower: {node.describe()} is a GEMM of batch {batch}, M {m}, N {n}, K {k}: each "
+                                f"must be below 2^31 (gc_gemm's sizes and gc_tile's are int)")
         # a stack's matrices follow each other; a shared matrix (2-D, or a stack of one) has stride 0
         sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
         # rows: A is the image input read in place, the steps' batch input (gc_rows)
