@@ -113,6 +113,8 @@ class MemoryPlan:
     chains: dict = field(default_factory=dict)       # schedule -> its chains' stage nodes (chain.py), for lower
     mirrors: list = field(default_factory=list)      # variables kept also transposed (lower.py's mirror_variables)
     literals: dict = field(default_factory=dict)     # scalar constants read through a pointer: node -> offset
+    # buffer_of's index: (the buffers list it was made from, its length, node -> its buffers)
+    _index: tuple = field(default=(None, 0, {}), init=False, repr=False, compare=False)
 
     def workspace(self, name: str, nbytes: int, what: str = "a reduction's ticket and the blocks' partials") -> int:
         """Offset of `nbytes` owned by one kernel (lower.py: a reduction over several blocks keeps its ticket and
@@ -145,8 +147,13 @@ class MemoryPlan:
         root = storage_root(node)
         if is_literal(root):
             raise GCompileError(f"{node.describe()} is a literal in the generated code; it has no buffer")
-        found = [b for b in self.buffers
-                 if b.node is root and (schedule is None or b.schedule in (None, schedule))]
+        listed, length, by_node = self._index
+        if listed is not self.buffers or length != len(self.buffers):   # (a lookup a scan: lower's were O(N^2))
+            by_node = {}
+            for b in self.buffers:
+                by_node.setdefault(b.node, []).append(b)
+            self._index = (self.buffers, len(self.buffers), by_node)
+        found = [b for b in by_node.get(root, ()) if schedule is None or b.schedule in (None, schedule)]
         if len(found) != 1:
             raise GCompileError(f"{node.describe()} has {len(found)} buffers in schedule {schedule!r} of "
                                 f"{list(self.schedules)}: name the schedule whose temporary you mean")

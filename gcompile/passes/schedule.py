@@ -86,10 +86,13 @@ def dependences(outputs: list[Node]) -> nx.DiGraph:
             raise GCompileError(f"schedule: variable {var.describe()} is assigned {len(by)} times in one step "
                                 f"({', '.join(a.name for a in by)}); a variable can be assigned once a step (two "
                                 f"batch_norms given the same running statistics, or a parameter updated twice)")
+    readers = {}   # a value -> the nodes reading it unchanged (in the nodes' order, each once)
+    for reader in nodes:
+        for value in dict.fromkeys(old_value_of(i) for i in reader.inputs):
+            readers.setdefault(value, []).append(reader)
     for a in nodes:
         for var in get_op(a.op).writes(a):
-            deps.add_edges_from((a, reader) for reader in nodes
-                                if reader is not a and any(old_value_of(i) is var for i in reader.inputs))
+            deps.add_edges_from((a, reader) for reader in readers.get(var, ()) if reader is not a)
     if not nx.is_directed_acyclic_graph(deps):
         cycle = [user.name for user, _ in nx.find_cycle(deps)]
         raise GCompileError(f"schedule: cannot order {' needs '.join(cycle + cycle[:1])}: an assign must come "
