@@ -23,7 +23,9 @@ TARGETS = ("cuda", "cpu")
 def compile(program, target: str = "cuda", out_dir=None, name: str | None = None, arch: str | None = None,
             source: str | None = None, cudart: str = "static",
             precision: str = "fp32", sanitize: bool = False, tuning=None) -> Artifact:  # noqa: A001 - the design's name
-    """Compile a gc.Program (or a list of nodes) into out_dir: the .cu/.cpp source, a standalone binary,
+    """Compile a gc.Program (or a list of nodes: their values are the outputs out0, out1, ..., followed by
+    update0, ... for the train updates they carry, applied at every run as NumpyExecutor's train mode applies
+    them) into out_dir: the .cu/.cpp source, a standalone binary,
     a shared library, the initial parameters and a JSON manifest. precision="tf32" lets float32 GEMMs use
     tf32 tensor cores (cuda; the cpu target computes them in fp32 with double sums either way). `arch`
     (cuda): e.g. "sm_90" or "sm_80,sm_90,compute_90" (see build.gencode_flags). sanitize=True (cpu): an
@@ -132,4 +134,4 @@ class Executor:
         if missing or unknown:
             raise GCompileError(f"Executor.run: missing feeds {missing}, unknown feeds {unknown}")
         outputs = model.forward(*(feeds[s["name"]] for s in specs))
-        return list(outputs.values())
+        return list(outputs.values())[:len(self.nodes)]   # (then the train updates': trace)

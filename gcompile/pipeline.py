@@ -18,7 +18,7 @@ from .graph import format_graph
 from .passes.emit import emit
 from .passes.fuse import describe_groups, fuse
 from .passes.lower import Kernel, lower
-from .passes.plan_memory import MemoryPlan, check_plan, in_a_buffer, plan_memory
+from .passes.plan_memory import MemoryPlan, check_plan, in_a_buffer, plan_memory, read_at_start
 from .passes.chain import find_chains
 from .passes.schedule import schedule
 from .passes.simplify import simplify
@@ -62,7 +62,7 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     if module.train:   # a constant loss or output (folded into a literal) still has a buffer to read back
         module.train[0] = in_a_buffer(module.train[0])
     module.loss = module.train[0] if module.train else None
-    module.outputs = dict(zip(module.outputs, map(in_a_buffer, evaluated)))
+    module.outputs = dict(zip(module.outputs, (read_at_start(in_a_buffer(o), evaluated) for o in evaluated)))
     module.refresh()
     stages["simplify"] = graphs_text(module.graphs)
 

@@ -1004,6 +1004,31 @@ def test_executor_takes_the_feeds_of_every_target(tmp_path, monkeypatch):
         gc.Executor(outputs, target="cpu").run({s: np.float32(1.0)})
 
 
+def test_executor_runs_keep_numpy_state_semantics(tmp_path, monkeypatch):
+    """Every read of a run sees the run's starting values: an output that is a variable the run assigns was read
+    back after the assign (the new value). And the train updates a node list carries (batch norm's running
+    statistics), which NumpyExecutor applies at every run, were dropped by the compiled program."""
+    monkeypatch.setenv("GCOMPILE_CACHE", str(tmp_path))
+    V = gc.variable("V", (3,), init=gc.init.zeros())
+    nodes = [gc.assign(V, V + 1.0), V * 1.0, gc.reshape(V, (1, 3)), V]
+    reference, compiled = gc.Executor(nodes, target="numpy"), gc.Executor(nodes, target="cpu")
+    for _ in range(3):
+        for got, want in zip(compiled.run({}), reference.run({})):
+            np.testing.assert_array_equal(got, want)
+    xb = gc.placeholder("xb", (8, 4))
+    stats = [gc.variable("rm", (4,), init=gc.init.zeros(), trainable=False),
+             gc.variable("rv", (4,), init=gc.init.ones(), trainable=False)]
+    nodes = [gc.batch_norm(xb, gc.variable("g", (4,), init=gc.init.ones()),
+                           gc.variable("b", (4,), init=gc.init.zeros()), *stats), stats[0] * 2.0, stats[1]]
+    feed = {xb: np.random.RandomState(0).standard_normal((8, 4)).astype(np.float32) + 1}
+    reference, compiled = gc.Executor(nodes, target="numpy"), gc.Executor(nodes, target="cpu")
+    for _ in range(3):
+        got, want = compiled.run(feed), reference.run(feed)
+        assert len(got) == len(want) == 3
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_the_source_does_not_depend_on_the_nodes_made_before(target, monkeypatch):
     """Node names end in a process-wide counter; the kernels' global reads were sorted by name, so that

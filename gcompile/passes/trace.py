@@ -122,9 +122,12 @@ def trace(program, name: str = "model", source: str = "<python>") -> Module:
         nodes = list(program)
         if not nodes or not all(isinstance(n, Node) for n in nodes):
             raise GCompileError("compile: expected a gc.Program or a non-empty list of graph nodes")
-        nodes = specialize(nodes, "train")[0]  # as NumpyExecutor's default mode computes them
+        # as NumpyExecutor's default mode computes them, with the train updates the nodes carry (batch norm's
+        # running statistics), which it applies at every run: outputs update0, ... after the nodes' own
+        nodes, updates = specialize(nodes, "train")
         batch = nodes[0].shape[0] if nodes[0].shape else 1
-        module = Module(name, source, [], {f"out{i}": n for i, n in enumerate(nodes)}, None, batch)
+        outputs = {**{f"out{i}": n for i, n in enumerate(nodes)}, **{f"update{i}": a for i, a in enumerate(updates)}}
+        module = Module(name, source, [], outputs, None, batch)
     for node in list(module.outputs.values()) + ([module.loss] if module.loss is not None else []):
         if node.dtype not in FLOAT_DTYPES + ("int32",):
             raise GCompileError(f"compile: output {node.describe()} has dtype {node.dtype}; outputs must be "
