@@ -49,7 +49,7 @@ def program(batch_size=128, batch_norm=True, dropout=0.0, optimizer="sgd", lr=No
     logits = L.dense("fc", h, 10, weight_init=gc.init.xavier_uniform(seed * 100 + 2))
     loss = gc.softmax_cross_entropy(logits, y)
     extra = {"momentum": 0.9} if optimizer == "sgd" else {}
-    opt = gc.optim.make_optimizer(optimizer, lr or DEFAULT_LR.get(optimizer), schedule, weight_decay=weight_decay,
+    opt = gc.optim.make_optimizer(optimizer, DEFAULT_LR.get(optimizer) if lr is None else lr, schedule, weight_decay=weight_decay,
                                   **extra)
     return gc.Program(loss, L.params, opt, outputs={"logits": logits}, name="resnet14")
 

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -133,7 +134,7 @@ def read_bytes(path: Path) -> tuple[bytes, str]:
         return raw, ""
     try:
         return gzip.decompress(raw), " (offsets in the gunzipped data)"
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:   # (zlib.error: damaged compressed data)
         raise DataError(f"{path}: not a readable gzip file: {e}") from None
 
 
@@ -317,9 +318,14 @@ def is_current(out_dir: Path, name: str, log, origin: str | None = None) -> bool
     if not (out_dir / MANIFEST).exists():
         return False
     try:
+        held = read_manifest(out_dir)["name"]
+    except DataError:
+        held = None   # (a broken manifest: converted again below)
+    if held is not None and held != name:   # a mistyped --out is not a reason to lose a dataset
+        raise DataError(f"{out_dir}: holds the {held} dataset; converting {name} there would replace it: give "
+                        f"another --out, or remove {out_dir / MANIFEST} first")
+    try:
         manifest = read_manifest(out_dir)
-        if manifest["name"] != name:
-            raise DataError(f"{out_dir / MANIFEST}: holds another dataset")
         if origin is not None and manifest.get("source", {}).get("origin") != origin:
             raise DataError(f"{out_dir / MANIFEST}: converted from {manifest.get('source', {}).get('origin')}, "
                             f"not from {origin}")

@@ -288,6 +288,15 @@ def test_philox_matches_the_published_test_vectors():
         assert [int(v[0]) for v in got] == list(want)
 
 
+def test_a_wrapped_step_counter_gives_the_compiled_mask():
+    """The step counter is an int32: after 2^31 - 1 steps it wraps to a negative value, whose 32 bits the compiled
+    mask hashes ((uint32_t)step); numpy's mask raised OverflowError there."""
+    from gcompile.ops.random import dropout_mask
+    for step, bits in ((-1, 2**32 - 1), (-2**31, 2**31)):
+        np.testing.assert_array_equal(dropout_mask(100, step, 11, 0.3, "float32"),
+                                      dropout_mask(100, bits, 11, 0.3, "float32"))
+
+
 def test_dropout_masks_are_fresh_each_step_and_reproducible():
     X = gc.placeholder("x", (64, 50))
     y = gc.dropout(X, 0.3, seed=11)

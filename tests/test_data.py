@@ -48,6 +48,28 @@ def test_idx_round_trip(tmp_path_factory, array, compressed):
     np.testing.assert_array_equal(read, array)
 
 
+def test_damaged_gzip_data_is_a_data_error(tmp_path):
+    """A .gz whose compressed bytes are damaged raised zlib.error, which no caller expected (a traceback from
+    `gcompile data fashion-mnist`)."""
+    path = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    data.write_idx(path, np.arange(5000, dtype=np.uint8) % 10)
+    raw = bytearray(path.read_bytes())
+    raw[10] = 0x07   # the first deflate block (after gzip.compress's 10-byte header): a reserved block type
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz: not a readable gzip file: "):
+        data.read_idx(path)
+
+
+def test_converting_into_a_folder_of_another_dataset_is_refused(tmp_path):
+    """`gcompile data fashion-mnist --out DIR` replaced the verified MNIST dataset in DIR."""
+    data.write_dataset(tmp_path, "mnist", small_splits(np.random.RandomState(7)), (28, 28), 10, {})
+    before = (tmp_path / "manifest.json").read_bytes()
+    with pytest.raises(DataError, match=r"holds the mnist dataset; converting fashion-mnist there would replace it"):
+        data.is_current(tmp_path, "fashion-mnist", print)
+    assert (tmp_path / "manifest.json").read_bytes() == before
+    assert data.is_current(tmp_path, "mnist", print)
+
+
 def idx_bytes(dims, payload_len, code=0x08):
     return bytes([0, 0, code, len(dims)]) + struct.pack(f">{len(dims)}I", *dims) + bytes(payload_len)
 

@@ -57,3 +57,10 @@ def test_set_values_are_literals_or_text():
         {"lr": 0.1, "batch_norm": False, "channels": (20, 50), "optimizer": "adam", "widths": (4, 8)}
     with pytest.raises(GCompileError, match="expected NAME=VALUE"):
         parse_settings(["lr"])
+
+
+@pytest.mark.parametrize("example", ["mnist_lenet", "resnet14"])
+def test_a_learning_rate_of_zero_is_refused_not_replaced(example):
+    """`--set lr=0` took the optimizer's default rate (`lr or DEFAULT_LR[...]`); mnist_mlp refused it."""
+    with pytest.raises(GCompileError, match=r"got lr=0\.0"):
+        load_example(example).program(batch_size=8, lr=0)

@@ -37,7 +37,8 @@ def dropout_threshold(rate: float) -> int:
 
 def dropout_mask(size: int, step: int, seed: int, rate: float, dtype) -> np.ndarray:
     i = np.arange(size, dtype=np.uint64)
-    word = philox4x32_10((i & MASK32, i >> np.uint64(32), np.full(size, step, np.uint64), np.zeros(size, np.uint64)),
+    step_word = np.full(size, step & 0xFFFFFFFF, np.uint64)   # the int32 counter's bits (a wrapped one is negative)
+    word = philox4x32_10((i & MASK32, i >> np.uint64(32), step_word, np.zeros(size, np.uint64)),
                          (seed & 0xFFFFFFFF, seed >> 32))[0]
     keep = (word >> np.uint32(8)) >= dropout_threshold(rate)
     dtype = np.dtype(dtype)
