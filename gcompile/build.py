@@ -126,7 +126,8 @@ def compile_flags(target: str, arch: str | None, cudart: str = "static",
             [*gencode, f"-cudart={cudart}"]
     compiler = host_compiler()
     if sanitize:
-        checks = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+        # (float-cast-overflow is not in gcc's `undefined`: a float out of an integer's range cast to it)
+        checks = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all"]
         return compiler, ["-O1", "-g", "-fno-omit-frame-pointer", *checks, "-std=c++17", "-fopenmp", "-fPIC",
                           "-fvisibility=hidden"], ["-fopenmp", *checks]
     return compiler, ["-O3", "-std=c++17", "-fopenmp", "-fPIC", "-fvisibility=hidden"], ["-fopenmp"]

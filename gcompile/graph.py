@@ -67,6 +67,9 @@ class Node:
         self.op = op
         self.inputs = tuple(inputs)
         self.attrs = dict(attrs or {})
+        if name is not None and (not isinstance(name, str) or any(ord(c) < 32 or ord(c) == 127 for c in name)):
+            # (the generated code's comments and tables carry names: a newline would end a comment)
+            raise ShapeError(f"{op}: name {name!r} must be a string without control characters")
         self.name = name or f"{op}_{self.id}"
         self.phase = "update" if op == "assign" else current_phase()
         self.shape, self.dtype = get_op(op).infer(self)

@@ -42,16 +42,22 @@ typedef struct {
     uint64_t batch;   // the batch size the position (epoch, epoch_step) counts in (0: not recorded)
 } gc_train_state;
 
-static uint32_t gc_crc32(const unsigned char* p, size_t n) {
-    static uint32_t table[256];
-    if (!table[1])
+struct gc_crc32_table {
+    uint32_t v[256];
+    gc_crc32_table() {
         for (uint32_t i = 0; i < 256; i++) {
             uint32_t c = i;
             for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
+            v[i] = c;
         }
+    }
+};
+static uint32_t gc_crc32(const unsigned char* p, size_t n) {
+    // made once, by the first caller, before any caller reads it (a static local's initialization is thread-safe;
+    // a table filled on first use behind `if (!table[1])` let a second thread read entries not yet written)
+    static const gc_crc32_table table;
     uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    for (size_t i = 0; i < n; i++) c = table.v[(c ^ p[i]) & 0xFF] ^ (c >> 8);
     return c ^ 0xFFFFFFFFu;
 }
 

@@ -674,6 +674,13 @@ typedef struct {
                               // them so, gc_scale_keeps_tf32): the short-K tensor-core tiles take them as one part
 } gc_rows;
 
+// A float cast to an integer type (gc.cast) as the numpy executor's astype gives it on x86-64: truncated toward zero
+// where it fits an int32, else INT32_MIN (NaN and the infinities too); a uint8 takes that int32's low byte. A plain
+// C cast is undefined there, and the GPU's conversion saturates instead.
+GC_HD static inline int32_t gc_float_to_int32(double x) {
+    return x > -2147483649.0 && x < 2147483648.0 ? (int32_t)x : INT32_MIN;
+}
+
 // A uint8 image value as the steps see it: (float)u * scale, in float. The trainer's gather and the GEMMs'
 // row loaders (both targets) convert with it, so that rows read in place are the values a gather gives.
 GC_HD static inline float gc_pixel(unsigned u, float scale) { return (float)u * scale; }

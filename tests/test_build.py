@@ -398,3 +398,31 @@ def test_a_users_file_with_the_other_targets_name_is_kept(tmp_path):
     (tmp_path / "tiny.cu").write_text("// my own kernels\n")
     gc.compile(tiny_program(), target="cpu", out_dir=tmp_path)
     assert (tmp_path / "tiny.cu").read_text() == "// my own kernels\n"
+
+
+def test_names_the_generated_code_holds_are_escaped(tmp_path):
+    """Variable and output names went into the generated C string tables as written: a `"` or `\\` broke the C++
+    build, `\\1` compiled as an octal escape (the binary could not read its own init file), and the text was
+    pasted into the source unescaped. Now they are C string literals of the names' UTF-8 bytes; a control
+    character (a newline would end a comment the name is in) is refused when the node is made."""
+    names = ['w"1', "w\\1", "wé😀"]
+    x, y = gc.placeholder("x", (4, 3)), gc.placeholder("y", (4,), dtype="int32")
+    ws = [gc.variable(n, init=np.full((3, 2), 0.1 * (i + 1), np.float32)) for i, n in enumerate(names)]
+    logits = x @ ws[0] + x @ ws[1] + x @ ws[2]
+    program = gc.Program(gc.softmax_cross_entropy(logits, y), ws, gc.SGD(0.5),
+                         outputs={'logits "\\ é': logits}, name="names")
+    with gc.load(gc.compile(program, target="cpu", out_dir=tmp_path)) as m:
+        assert set(names) <= set(m.params)
+        xb, yb = np.ones((4, 3), np.float32), np.array([0, 1, 0, 1], np.int32)
+        want = gc.NumpyExecutor(program.train_outputs)
+        assert m.train_step(xb, yb) == pytest.approx(float(want.run({x: xb, y: yb})[0]), rel=1e-6)
+        for n in names:
+            np.testing.assert_allclose(m.get(n), want.get_variable(n), rtol=1e-6)
+        assert list(m.forward(xb)) == ['logits "\\ é']
+        m.save(tmp_path / "c.ckpt")
+        m.load(tmp_path / "c.ckpt")
+    proc = subprocess.run([str(tmp_path / "names"), "eval", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for bad in ("w\n1", "w\x001", "w\x7f"):
+        with pytest.raises(gc.GCompileError, match="must be a string without control characters"):
+            gc.variable(bad, init=np.zeros(2, np.float32))

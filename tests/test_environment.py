@@ -152,6 +152,6 @@ def test_cuda_trainer_runs_the_guard_and_checkpoints(tmp_path):
 
 
 def test_sanitize_is_for_the_cpu_target():
-    assert "-fsanitize=address,undefined" in build.compile_flags("cpu", None, sanitize=True)[1]
+    assert "-fsanitize=address,undefined,float-cast-overflow" in build.compile_flags("cpu", None, sanitize=True)[1]
     with pytest.raises(gc.BuildError, match="for the cuda target run compute-sanitizer"):
         build.compile_flags("cuda", "sm_90", sanitize=True)

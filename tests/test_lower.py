@@ -1063,3 +1063,31 @@ def test_a_gemm_too_large_for_int_sizes_is_refused(target):
     with pytest.raises(gc.GCompileError, match=r"lower: matmul_\d+ .* is a GEMM of batch 1, M 2, N 1, "
                                                r"K 3000000000: each must be below 2\^31"):
         compile_program(program, target, "huge")
+
+
+def test_a_batch_of_gemms_beyond_the_grid_is_refused_for_cuda():
+    """A batched GEMM runs its batch along the grid's z (65535 at most): LeNet at batch 65536 compiled for cuda,
+    then every step failed (gc_gemm_launch: too large for one launch). The cpu target has no such limit."""
+    a = gc.placeholder("a", (70000, 4, 8))
+    w = gc.variable("w", (70000, 8, 2), init=gc.init.zeros())
+    program = gc.Program(gc.reduce_mean(gc.matmul(a, w)), [w], gc.SGD(lr=0.1), name="many")
+    with pytest.raises(gc.GCompileError, match=r"is a batch of 70000 GEMMs.*at most 65535 blocks along a grid's z"):
+        compile_program(program, "cuda", "many")
+    compile_program(program, "cpu", "many")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_float_cast_to_an_integer_type_is_numpys_on_every_target(target, tmp_path, monkeypatch):
+    """A C cast of NaN, an infinity or 3e9 to int32 is undefined (the cpu gave x86's INT32_MIN by chance, the GPU
+    saturates): gc_float_to_int32 gives what the numpy executor's astype gives on x86-64 — truncation toward
+    zero where the value fits, else INT32_MIN; a uint8 the low byte of that."""
+    monkeypatch.setenv("GCOMPILE_CACHE", str(tmp_path))
+    x = gc.placeholder("x", (12,))
+    outputs = [gc.cast(x, "int32"), gc.cast(gc.cast(x, "uint8"), "int32")]
+    values = np.array([np.nan, 3e9, -3e9, 2.7, -2.7, 300, -1, 2147483520, -2147483648.0, np.inf, -np.inf, 0.5],
+                      np.float32)
+    with np.errstate(invalid="ignore"):
+        want = gc.NumpyExecutor(outputs).run({x: values})
+    got = gc.Executor(outputs, target=target).run({x: values})
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    assert want[0].tolist()[:3] == [-2**31] * 3 and want[1].tolist()[4:7] == [254, 44, 255]

@@ -60,17 +60,27 @@ def tensor_row(node: Node, offset: int, comment: str = "", classes: int = 0, mod
     variable of the model (the evaluation step reads it, or it is trained): what the trainer's --load takes
     from a checkpoint."""
     dims = list(node.shape) or []
-    return {"name": node.name, "dtype": DTYPE_CODES[node.dtype], "ndim": len(dims),
+    return {"name": c_text(node.name), "dtype": DTYPE_CODES[node.dtype], "ndim": len(dims),
             "dims": ", ".join(map(str, dims)) if dims else "0", "offset": offset, "nbytes": node.nbytes,
-            "classes": classes, "model": int(model), "comment": comment or f"{tuple(node.shape)} {node.dtype}"}
+            "classes": classes, "model": int(model),
+            # (a comment ends at a newline: an output's name may hold one)
+            "comment": (comment or f"{tuple(node.shape)} {node.dtype}").translate({i: "?" for i in range(32)})}
+
+
+C_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n"}
+
+
+def c_text(text: str) -> str:
+    """One C string literal holding `text`'s UTF-8 bytes exactly: printable ASCII as itself, `"`, `\\` and a
+    newline escaped as in C, every other byte as a three-digit octal escape (none runs into the next character;
+    json's \\u escapes of surrogate pairs are not C)."""
+    return '"' + "".join(C_ESCAPES.get(b) or (chr(b) if 32 <= b < 127 else f"\\{b:03o}")
+                         for b in text.encode()) + '"'
 
 
 def c_string(text: str) -> str:
     """A C string literal (split into lines) holding `text` exactly."""
-    lines = []
-    for line in text.splitlines(keepends=True):
-        lines.append(json.dumps(line))
-    return "\n    ".join(lines) or '""'
+    return "\n    ".join(map(c_text, text.splitlines(keepends=True))) or '""'
 
 
 def kernel_gemms(k) -> list[tuple[str, dict]]:
@@ -276,7 +286,7 @@ def emit(module, plan, kernels, target: str, build_command) -> tuple[str, int]:
     eval_outputs = [tensor_row(o, offset(o), f"output '{name}' {tuple(o.shape)} {o.dtype}")
                     for name, o in module.outputs.items()]
     for row, name in zip(eval_outputs, module.outputs):
-        row["name"] = name
+        row["name"] = c_text(name)
 
     trainer = module.trainer
     x_rows = bool(trainer) and plan.buffer_of(trainer["x"]).rows

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import GCompileError
 from ..gemm_tiles import SMS, Tile, choose_tile, tuned_tile
-from ..graph import Node
+from ..graph import FLOAT_DTYPES, Node
 from ..ops import get_op
 from .fuse import REDUCTIONS, Group, Layout, strides
 from ..ops.conv import windows_of
@@ -581,14 +581,19 @@ class Lowering:
         sa, sb = ((x.shape[-2] * x.shape[-1] if x.ndim == 3 and x.shape[0] > 1 else 0) for x in (a, b))
         # rows: A is the image input read in place, the steps' batch input (gc_rows)
         rows = self.read_in_place(a)
+        tile = self.tile(m, n, k, ta, tb, node.dtype, batch, rows)
+        split = Tile.parse(tile)[1]
+        if self.target == "cuda" and batch * split > 65535:   # (gc_gemm_launch refused it at every step)
+            ways = f", each split {split} ways" if split > 1 else ""
+            raise GCompileError(f"lower: {node.describe()} is a batch of {batch} GEMMs{ways}: the cuda target launches "
+                                f"at most 65535 blocks along a grid's z; use a smaller batch size, or the cpu target")
         return {"a": "*gc_batch_input()" if rows else self.pointer(a), "rows": rows, "b": self.pointer(b),
                 "b_at": self.plan.offset_of(b, self.direction),
                 "c": self.pointer(c, const=False), "m": m, "n": n, "k": k,
                 "a_at": None if rows else self.plan.offset_of(a, self.direction),
                 "c_at": self.plan.offset_of(c, self.direction),
                 "trans_a": int(ta), "trans_b": int(tb), "ctype": C_TYPES[node.dtype],
-                "tile": self.tile(m, n, k, ta, tb, node.dtype, batch, rows),
-                "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
+                "tile": tile, "batch": batch, "sa": sa, "sb": sb, "sc": m * n,
                 "epilogue": epilogue}
 
     def tile(self, m, n, k, ta, tb, dtype, batch, rows) -> str:
@@ -820,6 +825,8 @@ class GroupCode:
         operands = [self.read(m, k, context) for k in range(len(m.inputs))]
         if m.op in ("reshape", "broadcast_to", "transpose"):
             return operands[0]
+        if m.op == "cast" and m.inputs[0].dtype in FLOAT_DTYPES and m.dtype not in FLOAT_DTYPES:
+            return f"({ctype})gc_float_to_int32({operands[0]})"   # (a C cast of NaN or 3e9 is undefined)
         if m.op == "cast":
             return f"({ctype})({operands[0]})"
         if m.op == "div" and m.dtype not in ("float32", "float64"):
