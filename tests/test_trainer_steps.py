@@ -96,6 +96,17 @@ def test_shuffled_training_matches_numpy_in_the_same_order(artifact, dataset, tm
         assert "CUDA graphs of 64 steps" in out
 
 
+def assert_same_runs(dataset, tmp_path, **artifacts):
+    """Two builds' trainers, 2 epochs with one seed: the same losses, accuracies and checkpoint, bit for bit."""
+    (first, a), (second, b) = artifacts.items()
+    runs = [train(artifact, dataset, tmp_path, "--epochs", "2", "--seed", "3", tag=tag)
+            for tag, artifact in ((first, a), (second, b))]
+    assert [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[0][0]] == \
+        [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[1][0]]
+    for name, value in runs[0][1].tensors.items():
+        np.testing.assert_array_equal(value, runs[1][1].tensors[name], err_msg=name)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_gathered_batches_and_row_indices_train_alike(target, dataset, tmp_path, monkeypatch):
     """x's slot holds two gathered batches of its values (small batches, plan_memory.gathered_rows) or two
@@ -107,12 +118,7 @@ def test_gathered_batches_and_row_indices_train_alike(target, dataset, tmp_path,
     indexed = gc.compile(program(), target=target, out_dir=tmp_path / "indexed")
     assert "#define GC_X_GATHERED 1" in open(gathered.source).read()
     assert "#define GC_X_GATHERED 0" in open(indexed.source).read()
-    runs = [train(a, dataset, tmp_path, "--epochs", "2", "--seed", "3", tag=tag)
-            for a, tag in ((gathered, "gathered"), (indexed, "indexed"))]
-    assert [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[0][0]] == \
-        [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[1][0]]
-    for name, value in runs[0][1].tensors.items():
-        np.testing.assert_array_equal(value, runs[1][1].tensors[name], err_msg=name)
+    assert_same_runs(dataset, tmp_path, gathered=gathered, indexed=indexed)
 
 
 @pytest.mark.gpu
@@ -130,12 +136,7 @@ def test_images_widened_on_the_device_train_as_bytes(dataset, tmp_path, monkeypa
     widened = gc.compile(program(), target="cuda", out_dir=tmp_path / "widened")
     assert "#define GC_X_FLOAT 0" in open(as_bytes.source).read()
     assert "#define GC_X_FLOAT 1" in open(widened.source).read()
-    runs = [train(a, dataset, tmp_path, "--epochs", "2", "--seed", "3", tag=tag)
-            for a, tag in ((as_bytes, "bytes"), (widened, "widened"))]
-    assert [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[0][0]] == \
-        [(e["loss"], e["mean_loss"], e["val_acc"]) for e in runs[1][0]]
-    for name, value in runs[0][1].tensors.items():
-        np.testing.assert_array_equal(value, runs[1][1].tensors[name], err_msg=name)
+    assert_same_runs(dataset, tmp_path, bytes=as_bytes, widened=widened)
 
 
 def test_order_depends_on_the_seed_only(artifact, dataset, tmp_path):
