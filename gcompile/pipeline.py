@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .errors import GCompileError
 from .gemm_tiles import check_precision
-from .graph import format_graph
+from .graph import format_graph, topological_order
 from .passes.emit import emit
 from .passes.fuse import describe_groups, fuse
 from .passes.lower import Kernel, lower
@@ -62,7 +62,8 @@ def compile_program(program, target: str = "cuda", name: str = "model", source: 
     if module.train:   # a constant loss or output (folded into a literal) still has a buffer to read back
         module.train[0] = in_a_buffer(module.train[0])
     module.loss = module.train[0] if module.train else None
-    module.outputs = dict(zip(module.outputs, (read_at_start(in_a_buffer(o), evaluated) for o in evaluated)))
+    assigned = {n.inputs[0] for n in topological_order(evaluated) if n.op == "assign"}
+    module.outputs = dict(zip(module.outputs, (read_at_start(in_a_buffer(o), assigned) for o in evaluated)))
     module.refresh()
     stages["simplify"] = graphs_text(module.graphs)
 

@@ -77,16 +77,15 @@ def in_a_buffer(node: Node) -> Node:
     return G.reshape(G.constant(np.reshape(root.attrs["value"], (1,)), dtype=node.dtype), node.shape)
 
 
-def read_at_start(node: Node, graph: list[Node]) -> Node:
-    """node; or, where it is a variable (or a view of one) that the graph assigns, a copy of it: an output is read
-    back after the run, when the variable holds its new value, and every read of a step sees the step's starting
-    values (NumpyExecutor's semantics; the schedule puts the copy before the assign, as every reader)."""
+def read_at_start(node: Node, assigned: set) -> Node:
+    """node; or, where it is a variable (or a view of one) of `assigned` (those its graph assigns), a copy of it: an
+    output is read back after the run, when the variable holds its new value, and every read of a step sees the
+    step's starting values (NumpyExecutor's semantics; the schedule puts the copy before the assign, as every
+    reader)."""
     root = node
     while root.op == "reshape":
         root = root.inputs[0]
-    if root.op != "variable" or not any(n.op == "assign" and n.inputs[0] is root for n in G.topological_order(graph)):
-        return node
-    return G.cast(node, node.dtype)
+    return G.cast(node, node.dtype) if root in assigned else node
 
 
 @dataclass(frozen=True)
