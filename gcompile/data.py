@@ -318,14 +318,14 @@ def is_current(out_dir: Path, name: str, log, origin: str | None = None) -> bool
     if not (out_dir / MANIFEST).exists():
         return False
     try:
-        held = read_manifest(out_dir)["name"]
-    except DataError:
-        held = None   # (a broken manifest: converted again below)
-    if held is not None and held != name:   # a mistyped --out is not a reason to lose a dataset
-        raise DataError(f"{out_dir}: holds the {held} dataset; converting {name} there would replace it: give "
-                        f"another --out, or remove {out_dir / MANIFEST} first")
-    try:
         manifest = read_manifest(out_dir)
+    except DataError as e:
+        log(f"{out_dir}: converting again ({e})")
+        return False
+    if manifest["name"] != name:   # a mistyped --out is not a reason to lose a dataset
+        raise DataError(f"{out_dir}: holds the {manifest['name']} dataset; converting {name} there would replace "
+                        f"it: give another --out, or remove {out_dir / MANIFEST} first")
+    try:
         if origin is not None and manifest.get("source", {}).get("origin") != origin:
             raise DataError(f"{out_dir / MANIFEST}: converted from {manifest.get('source', {}).get('origin')}, "
                             f"not from {origin}")

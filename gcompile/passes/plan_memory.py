@@ -44,6 +44,7 @@ from .. import graph as G
 from ..errors import GCompileError, PlanError
 from ..graph import Node
 from .fuse import written_member
+from .schedule import old_value_of
 
 ALIGN = 256
 PERSISTENT_KINDS = ("placeholder", "variable", "constant")
@@ -82,10 +83,7 @@ def read_at_start(node: Node, assigned: set) -> Node:
     output is read back after the run, when the variable holds its new value, and every read of a step sees the
     step's starting values (NumpyExecutor's semantics; the schedule puts the copy before the assign, as every
     reader)."""
-    root = node
-    while root.op == "reshape":
-        root = root.inputs[0]
-    return G.cast(node, node.dtype) if root in assigned else node
+    return G.cast(node, node.dtype) if old_value_of(node) in assigned else node
 
 
 @dataclass(frozen=True)

@@ -90,9 +90,8 @@ def dependences(outputs: list[Node]) -> nx.DiGraph:
     for reader in nodes:
         for value in dict.fromkeys(old_value_of(i) for i in reader.inputs):
             readers.setdefault(value, []).append(reader)
-    for a in nodes:
-        for var in get_op(a.op).writes(a):
-            deps.add_edges_from((a, reader) for reader in readers.get(var, ()) if reader is not a)
+    for var, (a,) in writers.items():
+        deps.add_edges_from((a, reader) for reader in readers.get(var, ()) if reader is not a)
     if not nx.is_directed_acyclic_graph(deps):
         cycle = [user.name for user, _ in nx.find_cycle(deps)]
         raise GCompileError(f"schedule: cannot order {' needs '.join(cycle + cycle[:1])}: an assign must come "
