@@ -245,20 +245,37 @@ def eltwise_reference(v: np.ndarray) -> np.ndarray:
     return np.maximum(t * t * f(0.5) - f(0.0625), 0) + v * f(0.25)
 
 
-def eltwise_row(n: int, target: str, settings, work_dir: Path) -> dict:
-    """Build the chain as an evaluation program, check it against numpy, time `time_steps(which="eval")`.
-    bandwidth = (bytes read + bytes written) / time, counting one read of x and one write of y."""
-    model_name = f"eltwise {n * 4 >> 20}MB"
-    x, y = eltwise_program(n)
-    artifact, cold, cached, colds = build([y], target, work_dir / "eltwise", "fp32", name="eltwise")
+def reduce_program(n: int):
+    """A mean squared difference over a whole (n / 1024, 1024) matrix: one value from n (the loss of a
+    regression): a reduction over one long slice, which the fuse pass splits into many."""
+    x = gc.placeholder("x", (n // 1024, 1024))
+    return x, gc.reduce_mean((x - 0.5) * (x - 0.5))
+
+
+def reduce_reference(v: np.ndarray) -> np.ndarray:
+    return np.mean((v.astype(np.float64) - 0.5) ** 2)
+
+
+# name -> (program, numpy twin, tolerance, bytes moved for n values: read + written)
+BANDWIDTH_PROGRAMS = {"eltwise": (eltwise_program, eltwise_reference, 1e-5, lambda n: 2 * 4 * n),
+                      "reduce": (reduce_program, reduce_reference, 1e-4, lambda n: 4 * n)}
+
+
+def bandwidth_row(kind: str, n: int, target: str, settings, work_dir: Path) -> dict:
+    """Build BANDWIDTH_PROGRAMS[kind] as an evaluation program over n float32 values, check it against
+    numpy, time `time_steps(which="eval")`. bandwidth = the bytes its kernel must move / time."""
+    program, reference, rtol, moved = BANDWIDTH_PROGRAMS[kind]
+    model_name = f"{kind} {n * 4 >> 20}MB"
+    x, y = program(n)
+    artifact, cold, cached, colds = build([y], target, work_dir / kind, "fp32", name=kind)
     manifest = json.loads(Path(artifact.manifest).read_text())
     fields = dict(precision="fp32", compile_cold_s=cold, compile_cold_builds_s=colds, compile_cached_s=cached,
                   kernels=kernels_of(manifest, "eval"),
-                  arena_bytes=manifest.get("arena_bytes"), bytes_moved=2 * 4 * n)
-    v = np.random.RandomState(0).uniform(-2, 2, n).astype(np.float32)
+                  arena_bytes=manifest.get("arena_bytes"), bytes_moved=moved(n))
+    v = np.random.RandomState(0).uniform(-2, 2, x.shape).astype(np.float32)
     with gc.load(artifact) as model:
         out = model.predict(v)
-        bad = ~np.isclose(out, eltwise_reference(v), rtol=1e-5, atol=1e-6)
+        bad = ~np.isclose(out, reference(v), rtol=rtol, atol=1e-6)
         note = f"CHECK FAILED: {int(bad.sum())} values differ from numpy" if bad.any() else ""
         del out
         if not hasattr(model, "time_steps"):

@@ -152,20 +152,22 @@ class Bench:
         n = ELTWISE_BYTES[self.args.device] // 4
         name = f"eltwise {n * 4 >> 20}MB"
         print(f"== {name}", flush=True)
-        gc_row = None
+        ours = []
         if "gcompile" in self.args.impls:
-            try:
-                gc_row = gc_side.eltwise_row(n, self.target, self.settings, self.work)
-            except Exception as e:
-                gc_row = failed("eltwise", name, None, "gcompile", e)
-            self.rows.append(gc_row)
+            for kind in gc_side.BANDWIDTH_PROGRAMS:
+                try:
+                    ours.append(gc_side.bandwidth_row(kind, n, self.target, self.settings, self.work))
+                except Exception as e:
+                    ours.append(failed("eltwise", f"{kind} {n * 4 >> 20}MB", None, "gcompile", e))
+            self.rows += ours
         copy = torch_peers.copy_row(name, n, self.settings, self.args.device)
         self.rows.append(copy)
-        if gc_row and gc_row.get("bandwidth_Bps") and copy.get("bandwidth_Bps"):
-            gc_row["fraction_of_copy"] = gc_row["bandwidth_Bps"] / copy["bandwidth_Bps"]
-            gc_row["note"] = "; ".join(x for x in (gc_row.get("note"), (
-                f"{100 * gc_row['fraction_of_copy']:.1f}% of copy bandwidth ({gc_row['bandwidth_Bps'] / 1e9:.0f} "
-                f"vs {copy['bandwidth_Bps'] / 1e9:.0f} GB/s, bytes read + written)")) if x)
+        for gc_row in ours:
+            if gc_row.get("bandwidth_Bps") and copy.get("bandwidth_Bps"):
+                gc_row["fraction_of_copy"] = gc_row["bandwidth_Bps"] / copy["bandwidth_Bps"]
+                gc_row["note"] = "; ".join(x for x in (gc_row.get("note"), (
+                    f"{100 * gc_row['fraction_of_copy']:.1f}% of copy bandwidth ({gc_row['bandwidth_Bps'] / 1e9:.0f} "
+                    f"vs {copy['bandwidth_Bps'] / 1e9:.0f} GB/s, bytes read + written)")) if x)
 
     def gemm(self):
         if not (ROOT / "bench" / "gemm_bench.py").exists():

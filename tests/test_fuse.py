@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import gcompile as gc
 from gcompile.ops import get_op
 from gcompile.passes import check_plan, plan_memory, schedule, simplify
-from gcompile.passes.fuse import describe_groups, fuse
+from gcompile.passes.fuse import describe_groups, expand, fuse
 from gcompile.passes.plan_memory import storage_root
 from gcompile.pipeline import compile_program
 from graphs import broadcastable, mlp_program, random_graphs
@@ -389,3 +389,62 @@ def test_inspect_lists_the_workspaces_lower_adds_after_the_plan(capsys):
     arena = compile_program(load_example("mnist_mlp").program(batch_size=128), target="cpu").plan.arena_bytes
     assert re.search(r"^workspace k\d+_fused_\w+: offset \d+, 1280 bytes \(a reduction's ticket", out, re.M)
     assert f"arena with the workspaces: {arena} bytes" in out
+
+
+# --- long reductions split ----------------------------------------------------------------------------
+def test_a_reduction_over_one_long_slice_runs_on_many_slices_and_a_global_one():
+    """An MSE over a whole (256, 512) output was one slice of 131072: one block on cuda, one thread on cpu."""
+    x, t = gc.placeholder("x", (256, 512)), gc.placeholder("t", (256, 512))
+    loss = gc.reduce_mean((x - t) * (x - t))
+    (group,) = fused([loss])[1]
+    assert describe_groups([group]).startswith(
+        "g0 rows: 256 slices of 512 (reduced axes [1] of [256, 512]), 1 reduction phase(s), then a global reduction")
+
+
+SPLITS = [  # shape, axis, keepdims, op, dtype, split (into what inner reduction's input shape and axes)
+    ((256, 512), None, False, gc.reduce_mean, "float32", ((256, 512), (1,))),
+    ((256, 512), None, True, gc.reduce_sum, "float32", ((256, 512), (1,))),
+    ((4, 64, 512), (1, 2), False, gc.reduce_max, "float32", ((4, 64, 512), (2,))),
+    ((2, 64, 3, 512), (1, 3), True, gc.reduce_mean, "float32", ((2, 64, 3, 512), (3,))),
+    ((40000,), None, False, gc.reduce_sum, "float32", ((200, 200), (1,))),
+    ((40000, 3), 0, True, gc.reduce_mean, "float32", ((200, 200, 3), (1,))),
+    ((3, 35000), 1, False, gc.reduce_max, "int32", ((3, 200, 175), (2,))),
+    ((256, 512), None, False, gc.reduce_sum, "int32", ((256, 512), (1,))),
+    ((256, 512), None, False, gc.reduce_mean, "int32", None),      # an integer mean truncates: not split
+    ((64, 40000), 1, False, gc.reduce_sum, "float32", None),       # slices enough
+    ((32771,), None, False, gc.reduce_sum, "float32", None),       # a prime length: no cut
+    ((100, 300), None, False, gc.reduce_sum, "float32", None),     # short
+]
+
+
+@pytest.mark.parametrize("shape, axis, keepdims, reduce, dtype, split", SPLITS)
+def test_long_reductions_split_into_two_that_give_the_same_values(shape, axis, keepdims, reduce, dtype, split):
+    r = np.random.RandomState(3)
+    x = gc.placeholder("x", shape, dtype=dtype)
+    out = reduce(x, axis, keepdims=keepdims)
+    (expanded,) = expand([out])
+    inner = [n for n in gc.topological_order([expanded]) if n.op == out.op and n.inputs[0].shape == split[0]] \
+        if split else []
+    if split is None:
+        assert expanded.op == out.op and expanded.inputs[0] is x
+    else:
+        assert [tuple(n.attrs["axes"]) for n in inner] == [split[1]]
+    assert expanded.shape == out.shape and expanded.dtype == out.dtype and expanded.name == out.name
+    value = (r.uniform(-2, 2, shape) if dtype == "float32" else r.randint(-1000, 1000, shape)).astype(dtype)
+    want, got = gc.NumpyExecutor([out]).run({x: value})[0], gc.NumpyExecutor([expanded]).run({x: value})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_reductions_compile_to_the_reference_numbers(target):
+    """The split forms fused with what they read, with their gradients: an MSE, a long column sum and a
+    1-D sum whose axis is cut in two."""
+    r = np.random.RandomState(7)
+    x, t = gc.placeholder("x", (256, 512)), gc.placeholder("t", (256, 512))
+    v, c = gc.placeholder("v", (40000,)), gc.placeholder("c", (40000, 3))
+    mse = gc.reduce_mean((x - t) * (x - t))
+    outputs = [mse, *gc.gradients(mse, [x]), gc.reduce_sum(gc.tanh(v)), gc.reduce_max(c * 2.0, 0, keepdims=True),
+               gc.reduce_sum(c, 0) + 1.0]
+    feeds = {x: r.uniform(-1, 1, (256, 512)), t: r.uniform(-1, 1, (256, 512)), v: r.uniform(-1, 1, 40000),
+             c: r.uniform(-1, 1, (40000, 3))}
+    check_compiled(outputs, {k: a.astype(np.float32) for k, a in feeds.items()}, target)

@@ -9,7 +9,9 @@ Steps:
 1. expand: softmax, log_softmax and softmax_cross_entropy become reductions and elementwise ops, and
    relu_grad(x, g) reads relu(x) where the graph has it (x > 0 exactly where relu(x) > 0), so the
    pre-activation stays internal to the forward GEMM's epilogue. `simplify` then merges the copies (the
-   loss and its gradient share one max and one sum).
+   loss and its gradient share one max and one sum). A reduction over fewer than FEW_SLICES slices of
+   LONG_SLICE elements or more (an MSE over a whole output) becomes two, over many shorter slices
+   (`split_reduction`): a kernel's slice is one block's work.
 2. group (vertical fusion), greedily in a topological order: a fusable node joins the group of an input,
    and may merge the groups of several inputs, when the result is
    - convex (no path leaves the group and comes back, each other group counting as one node; assigns
@@ -34,6 +36,7 @@ launch shapes of each kernel (lower).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -565,6 +568,46 @@ EXPANSIONS = {"softmax": expand_softmax, "log_softmax": expand_log_softmax,
               "softmax_cross_entropy": expand_softmax_cross_entropy}
 
 
+# A reduction whose slices are at least LONG_SLICE elements long and fewer than FEW_SLICES is split in two
+# (split_reduction): a kernel walks the slices of its domain, so one slice is one block (cuda) or one thread
+# (cpu) however long it is — an MSE over a (4096, 1024) output was one block reading 32 MB.
+LONG_SLICE = 1 << 15
+FEW_SLICES = 64
+SPLIT_MIN = 32          # a long reduced axis is cut into (n / d, d), d a divisor of n in [SPLIT_MIN, sqrt(n)]
+
+
+def split_reduction(n: Node, x: Node) -> Node | None:
+    """n = reduce(x) over few long slices as two reductions, or None where it stays one: the inner over the
+    trailing reduced axes, each of its slices shorter than LONG_SLICE and many of them, then the outer over the
+    rest. Where even the last reduced axis alone is that long it is first reshaped into two axes (n / d, d),
+    d its largest divisor up to sqrt(n) (none of at least SPLIT_MIN: not split). A reduction over every axis
+    so becomes a per-slice reduction and a global one: one kernel on as many blocks as the slices need.
+    Sums and maxima keep their values up to the order of the sums; a mean of means is the mean (every inner
+    slice has the same count), for floats only (an integer mean truncates)."""
+    axes, keep = tuple(n.attrs["axes"]), n.attrs["keepdims"]
+    length = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    if length < LONG_SLICE or x.size // length >= FEW_SLICES:
+        return None
+    if n.op == "reduce_mean" and x.dtype not in G.FLOAT_DTYPES:
+        return None
+    reduce = {"reduce_sum": G.reduce_sum, "reduce_mean": G.reduce_mean, "reduce_max": G.reduce_max}[n.op]
+    cut = next((k for k in range(1, len(axes))
+                if np.prod([x.shape[a] for a in axes[k:]], dtype=np.int64) < LONG_SLICE), None)
+    if cut is None:                     # the last reduced axis is long by itself: cut it in two
+        last = axes[-1]
+        size = x.shape[last]
+        d = next((d for d in range(math.isqrt(size), SPLIT_MIN - 1, -1) if size % d == 0), None)
+        if d is None:
+            return None
+        x = G.reshape(x, x.shape[:last] + (size // d, d) + x.shape[last + 1:])
+        axes, cut = axes + (last + 1,), len(axes)
+    inner = reduce(x, axes[cut:], keepdims=keep)
+    # kept, the inner axes are 1s the outer reduces too (a reduction over every axis of the inner values is
+    # what fuse makes a global one); dropped, they come after every outer axis, whose indices stay the same
+    outer = reduce(inner, axes if keep else axes[:cut], keepdims=keep)
+    return outer if outer.shape == n.shape else G.reshape(outer, n.shape)
+
+
 def expand(outputs: list[Node]) -> list[Node]:
     order = G.topological_order(outputs)
     activated = {n.inputs[0] for n in order if n.op == "relu"}
@@ -578,6 +621,12 @@ def expand(outputs: list[Node]) -> list[Node]:
         elif n.op == "relu_grad" and n.inputs[0] in activated:
             with G.phase(n.phase):
                 m = Node("relu_grad", (G.relu(inputs[0]), inputs[1]), name=n.name)
+        elif n.op in REDUCTIONS:
+            with G.phase(n.phase):
+                m = split_reduction(n, inputs[0])
+            if m is None:
+                m = G.rebuilt(n, inputs)
+            m.name = n.name
         else:
             m = G.rebuilt(n, inputs)
         new[n] = m
