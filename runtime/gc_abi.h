@@ -235,7 +235,11 @@ GC_EXPORT int gc_time_steps(gc_model* m, int which, int steps, double* seconds) 
     GC_TRY(gc_replay(&m->graphs, kind, NULL, per_graph, enqueue, m, what));
     gc_timer timer;
     GC_TRY(gc_timer_start(&timer));
-    GC_TRY(gc_replay_steps(&m->graphs, kind, NULL, steps, per_graph, enqueue, m, what));
+    const int run = gc_replay_steps(&m->graphs, kind, NULL, steps, per_graph, enqueue, m, what);
+    if (run != GC_OK) {
+        gc_timer_discard(&timer);
+        return run;
+    }
     GC_TRY(gc_timer_stop(&timer, seconds));
     if (which == 0) m->state.step += per_graph + steps;
     return GC_OK;

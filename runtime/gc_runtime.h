@@ -187,10 +187,17 @@ static thread_local bool gc_hook_ran = false;   // the step's hook stream has wo
 GC_SHARED int gc_streams_ready(void) {
     if (gc_streams_made) return GC_OK;
     gc_stream_table[0] = cudaStreamPerThread;
-    for (int s = 1; s <= GC_HOOK_STREAM; s++)
-        GC_CUDA_TRY(cudaStreamCreateWithFlags(&gc_stream_table[s], cudaStreamNonBlocking));
-    for (int e = 0; e < GC_EVENT_SLOTS; e++)
-        GC_CUDA_TRY(cudaEventCreateWithFlags(&gc_event_table[e], cudaEventDisableTiming));
+    int streams = 1, events = 0;   // made so far: a failure destroys them (the next call makes them all again)
+    cudaError_t err = cudaSuccess;
+    for (; err == cudaSuccess && streams <= GC_HOOK_STREAM; streams += err == cudaSuccess)
+        err = cudaStreamCreateWithFlags(&gc_stream_table[streams], cudaStreamNonBlocking);
+    for (; err == cudaSuccess && events < GC_EVENT_SLOTS; events += err == cudaSuccess)
+        err = cudaEventCreateWithFlags(&gc_event_table[events], cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+        while (events > 0) cudaEventDestroy(gc_event_table[--events]);
+        while (streams > 1) cudaStreamDestroy(gc_stream_table[--streams]);
+        return gc_fail(GC_ERR_DEVICE, "making the step's streams and events failed: %s", cudaGetErrorString(err));
+    }
     gc_streams_made = true;
     return GC_OK;
 }
@@ -905,12 +912,28 @@ typedef struct {
 #endif
 } gc_timer;
 
+// A timer's events, made by gc_timer_start, are destroyed by gc_timer_stop or, where the timed work failed,
+// by gc_timer_discard.
+static void gc_timer_discard(gc_timer* t) {
+#ifdef GC_CUDA
+    if (t->begin) cudaEventDestroy(t->begin);
+    if (t->end) cudaEventDestroy(t->end);
+    t->begin = t->end = NULL;
+#else
+    (void)t;
+#endif
+}
+
 static int gc_timer_start(gc_timer* t) {
     memset(t, 0, sizeof *t);
 #ifdef GC_CUDA
-    GC_CUDA_TRY(cudaEventCreate(&t->begin));
-    GC_CUDA_TRY(cudaEventCreate(&t->end));
-    GC_CUDA_TRY(cudaEventRecord(t->begin, cudaStreamPerThread));
+    cudaError_t e = cudaEventCreate(&t->begin);
+    if (e == cudaSuccess) e = cudaEventCreate(&t->end);
+    if (e == cudaSuccess) e = cudaEventRecord(t->begin, cudaStreamPerThread);
+    if (e != cudaSuccess) {
+        gc_timer_discard(t);
+        return gc_fail(GC_ERR_DEVICE, "timing on the device failed: %s", cudaGetErrorString(e));
+    }
 #else
     t->start = gc_now();
 #endif
@@ -923,8 +946,7 @@ static int gc_timer_stop(gc_timer* t, double* seconds) {
     cudaError_t e = cudaEventRecord(t->end, cudaStreamPerThread);
     if (e == cudaSuccess) e = cudaEventSynchronize(t->end);
     if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, t->begin, t->end);
-    cudaEventDestroy(t->begin);
-    cudaEventDestroy(t->end);
+    gc_timer_discard(t);
     if (e != cudaSuccess) return gc_fail(GC_ERR_DEVICE, "timing on the device failed: %s", cudaGetErrorString(e));
     *seconds = ms * 1e-3;
 #else
