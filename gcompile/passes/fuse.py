@@ -9,9 +9,9 @@ Steps:
 1. expand: softmax, log_softmax and softmax_cross_entropy become reductions and elementwise ops, and
    relu_grad(x, g) reads relu(x) where the graph has it (x > 0 exactly where relu(x) > 0), so the
    pre-activation stays internal to the forward GEMM's epilogue. `simplify` then merges the copies (the
-   loss and its gradient share one max and one sum). A reduction over fewer than FEW_SLICES slices of
-   LONG_SLICE elements or more (an MSE over a whole output) becomes two, over many shorter slices
-   (`split_reduction`): a kernel's slice is one block's work.
+   loss and its gradient share one max and one sum). A reduction over slices of LONG_SLICE elements or
+   more that would run on fewer than FEW_BLOCKS blocks (an MSE over a whole output, a bias gradient at a
+   large batch) becomes two, over many shorter slices (`split_reduction`): a block's slices are its work.
 2. group (vertical fusion), greedily in a topological order: a fusable node joins the group of an input,
    and may merge the groups of several inputs, when the result is
    - convex (no path leaves the group and comes back, each other group counting as one node; assigns
@@ -568,16 +568,17 @@ EXPANSIONS = {"softmax": expand_softmax, "log_softmax": expand_log_softmax,
               "softmax_cross_entropy": expand_softmax_cross_entropy}
 
 
-# A reduction whose slices are at least LONG_SLICE elements long and fewer than FEW_SLICES is split in two
-# (split_reduction): a kernel walks the slices of its domain, so one slice is one block (cuda) or one thread
-# (cpu) however long it is — an MSE over a (4096, 1024) output was one block reading 32 MB.
+# A reduction whose slices are at least LONG_SLICE elements long and would run on fewer than FEW_BLOCKS
+# blocks is split in two (split_reduction): a kernel's block takes one long contiguous slice, or 8 strided
+# ones side by side (lower.threads), however long, and the cpu's thread one slice — an MSE over a
+# (4096, 1024) output was one block reading 32 MB, a bias gradient at batch 65536 with 64 columns 8 blocks.
 LONG_SLICE = 1 << 15
-FEW_SLICES = 64
+FEW_BLOCKS = 128
 SPLIT_MIN = 32          # a long reduced axis is cut into (n / d, d), d a divisor of n in [SPLIT_MIN, sqrt(n)]
 
 
 def split_reduction(n: Node, x: Node) -> Node | None:
-    """n = reduce(x) over few long slices as two reductions, or None where it stays one: the inner over the
+    """n = reduce(x) over long slices on few blocks as two reductions, or None where it stays one: the inner over the
     trailing reduced axes, each of its slices shorter than LONG_SLICE and many of them, then the outer over the
     rest. Where even the last reduced axis alone is that long it is first reshaped into two axes (n / d, d),
     d its largest divisor up to sqrt(n) (none of at least SPLIT_MIN: not split). A reduction over every axis
@@ -586,7 +587,10 @@ def split_reduction(n: Node, x: Node) -> Node | None:
     slice has the same count), for floats only (an integer mean truncates)."""
     axes, keep = tuple(n.attrs["axes"]), n.attrs["keepdims"]
     length = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    if length < LONG_SLICE or x.size // length >= FEW_SLICES:
+    if length < LONG_SLICE:
+        return None
+    strided = x.ndim - 1 not in axes      # the innermost axis kept: 8 slices a block
+    if (x.size // length) // (8 if strided else 1) >= FEW_BLOCKS:
         return None
     if n.op == "reduce_mean" and x.dtype not in G.FLOAT_DTYPES:
         return None
@@ -621,13 +625,23 @@ def expand(outputs: list[Node]) -> list[Node]:
         elif n.op == "relu_grad" and n.inputs[0] in activated:
             with G.phase(n.phase):
                 m = Node("relu_grad", (G.relu(inputs[0]), inputs[1]), name=n.name)
-        elif n.op in REDUCTIONS:
-            with G.phase(n.phase):
-                m = split_reduction(n, inputs[0])
-            if m is None:
-                m = G.rebuilt(n, inputs)
-            m.name = n.name
         else:
             m = G.rebuilt(n, inputs)
+        new[n] = m
+    return split_reductions([new[o] for o in outputs])
+
+
+def split_reductions(outputs: list[Node]) -> list[Node]:
+    """The graph with every reduction split_reduction splits split (the expansions' ones included)."""
+    new: dict[Node, Node] = {}
+    for n in G.topological_order(outputs):
+        inputs = tuple(new[i] for i in n.inputs)
+        m = None
+        if n.op in REDUCTIONS:
+            with G.phase(n.phase):
+                m = split_reduction(n, inputs[0])
+        if m is None:
+            m = G.rebuilt(n, inputs)
+        m.name = n.name
         new[n] = m
     return [new[o] for o in outputs]
