@@ -410,6 +410,8 @@ SPLITS = [  # shape, axis, keepdims, op, dtype, split (into what inner reduction
     ((40000, 3), 0, True, gc.reduce_mean, "float32", ((200, 200, 3), (1,))),
     ((3, 35000), 1, False, gc.reduce_max, "int32", ((3, 200, 175), (2,))),
     ((256, 512), None, False, gc.reduce_sum, "int32", ((256, 512), (1,))),
+    ((65536, 1), None, False, gc.reduce_mean, "float32", ((256, 256, 1), (1, 2))),   # not over the 1 alone
+    ((4, 40000, 8), (1, 2), True, gc.reduce_sum, "float32", ((4, 625, 64, 8), (2, 3))),
     ((256, 512), None, False, gc.reduce_mean, "int32", None),      # an integer mean truncates: not split
     ((65536, 64), 0, False, gc.reduce_sum, "float32", ((256, 256, 64), (1,))),  # 64 strided slices: 8 blocks
     ((127, 40000), 1, False, gc.reduce_sum, "float32", ((127, 200, 200), (2,))),

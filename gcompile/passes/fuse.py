@@ -574,15 +574,16 @@ EXPANSIONS = {"softmax": expand_softmax, "log_softmax": expand_log_softmax,
 # (4096, 1024) output was one block reading 32 MB, a bias gradient at batch 65536 with 64 columns 8 blocks.
 LONG_SLICE = 1 << 15
 FEW_BLOCKS = 128
-SPLIT_MIN = 32          # a long reduced axis is cut into (n / d, d), d a divisor of n in [SPLIT_MIN, sqrt(n)]
+SPLIT_MIN = 32          # the inner reduction's slices are at least this long
 
 
 def split_reduction(n: Node, x: Node) -> Node | None:
-    """n = reduce(x) over long slices on few blocks as two reductions, or None where it stays one: the inner over the
-    trailing reduced axes, each of its slices shorter than LONG_SLICE and many of them, then the outer over the
-    rest. Where even the last reduced axis alone is that long it is first reshaped into two axes (n / d, d),
-    d its largest divisor up to sqrt(n) (none of at least SPLIT_MIN: not split). A reduction over every axis
-    so becomes a per-slice reduction and a global one: one kernel on as many blocks as the slices need.
+    """n = reduce(x) over long slices on few blocks as two reductions, or None where it stays one: the inner
+    over the trailing reduced axes whose slices are SPLIT_MIN to LONG_SLICE long (many of them), then the
+    outer over the rest. Where no trailing axes are, the reduced axis at which the trailing length reaches
+    LONG_SLICE is first reshaped into two, (n / d, d), the inner taking d and the axes after it, about
+    sqrt(the slice's length) in all (d a divisor of n: where none fits, not split). A reduction over every
+    axis so becomes a per-slice reduction and a global one: one kernel on as many blocks as the slices need.
     Sums and maxima keep their values up to the order of the sums; a mean of means is the mean (every inner
     slice has the same count), for floats only (an integer mean truncates)."""
     axes, keep = tuple(n.attrs["axes"]), n.attrs["keepdims"]
@@ -595,16 +596,19 @@ def split_reduction(n: Node, x: Node) -> Node | None:
     if n.op == "reduce_mean" and x.dtype not in G.FLOAT_DTYPES:
         return None
     reduce = {"reduce_sum": G.reduce_sum, "reduce_mean": G.reduce_mean, "reduce_max": G.reduce_max}[n.op]
-    cut = next((k for k in range(1, len(axes))
-                if np.prod([x.shape[a] for a in axes[k:]], dtype=np.int64) < LONG_SLICE), None)
-    if cut is None:                     # the last reduced axis is long by itself: cut it in two
-        last = axes[-1]
-        size = x.shape[last]
-        d = next((d for d in range(math.isqrt(size), SPLIT_MIN - 1, -1) if size % d == 0), None)
+    sizes = [x.shape[a] for a in axes]
+    trailing = [int(np.prod(sizes[k:], dtype=np.int64)) for k in range(len(axes))]   # of axes[k:]
+    cut = next((k for k in range(1, len(axes)) if SPLIT_MIN <= trailing[k] < LONG_SLICE), None)
+    if cut is None:     # no such axes: the reduced axis where the trailing length reaches LONG_SLICE is cut in two
+        k = max(k for k in range(len(axes)) if trailing[k] >= LONG_SLICE)
+        a, rest = axes[k], trailing[k] // sizes[k]            # the axis and the length of the axes after it
+        top = min(math.isqrt(trailing[k]), LONG_SLICE - 1) // rest
+        d = next((d for d in range(min(top, sizes[k] - 1), 1, -1) if sizes[k] % d == 0 and d * rest >= SPLIT_MIN),
+                 None)
         if d is None:
             return None
-        x = G.reshape(x, x.shape[:last] + (size // d, d) + x.shape[last + 1:])
-        axes, cut = axes + (last + 1,), len(axes)
+        x = G.reshape(x, x.shape[:a] + (sizes[k] // d, d) + x.shape[a + 1:])
+        axes, cut = axes[:k] + (a, a + 1) + tuple(b + 1 for b in axes[k + 1:]), k + 1
     inner = reduce(x, axes[cut:], keepdims=keep)
     # kept, the inner axes are 1s the outer reduces too (a reduction over every axis of the inner values is
     # what fuse makes a global one); dropped, they come after every outer axis, whose indices stay the same
