@@ -119,7 +119,11 @@ class Tile:
         return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/{kind}"
                 + (f"/cp{self.stages}" if self.stages else "") + (f"/kw{self.kw}" if self.kw > 1 else ""))
 
-    def smem_bytes(self, split: int = 1) -> int:
+    def smem_bytes(self, split: int = 1, itemsize: int = 4) -> int:
+        """Shared memory of a block, for elements of `itemsize` bytes (8: a float64 GEMM, on the
+        register-staged kernel: the other kernels are float32 only)."""
+        if itemsize != 4 and (self.stages or self.tf32):
+            raise GCompileError(f"tile {self.name}: for float32 GEMMs only, not {itemsize}-byte elements")
         if self.short_k:   # gc_sk_smem: KC = bk x stages k of each operand, rows padded (the larger layout)
             kc = self.bk * self.stages
             side = lambda x: max(kc * (x + 8), x * (kc + 4))  # noqa: E731
@@ -139,19 +143,21 @@ class Tile:
             pipeline = self.stages * (side(self.bm) + side(self.bn)) * 4
         else:
             pad = 8 if self.tf32 else 4   # words a shared-memory row is padded by (LDA, LDB of both kernels)
-            pipeline = max(2, self.stages) * self.bk * (self.bm + pad + self.bn + pad) * 4
+            pipeline = max(2, self.stages) * self.bk * (self.bm + pad + self.bn + pad) * itemsize
         # then the partial tiles: K groups 1..kw-1's, the split's sum (gc_pipe_smem)
-        return max(pipeline, max(self.kw - 1, split > 1) * self.bm * self.bn * 4)
+        return max(pipeline, max(self.kw - 1, split > 1) * self.bm * self.bn * itemsize)
 
     def blocks(self, split: int, m: int, n: int, batch: int = 1) -> int:
         """The grid's blocks for C (m, n), `batch` times, split `split` ways."""
         return math.ceil(m / self.bm) * math.ceil(n / self.bn) * batch * split
 
-    def splits(self) -> list[int]:
+    def splits(self, itemsize: int = 4) -> list[int]:
         """The splits this tile supports: the cluster's ranks share out its rows, the tile fits in smem
-        (pipelined tiles: dynamic shared memory)."""
+        (pipelined tiles: dynamic shared memory) with elements of `itemsize` bytes (a tile of none: [])."""
+        if itemsize != 4 and (self.stages or self.tf32):
+            return []
         limit = DYNAMIC_SMEM_LIMIT if self.stages else SMEM_LIMIT
-        return [s for s in SPLITS if self.bm % s == 0 and self.smem_bytes(s) <= limit]
+        return [s for s in SPLITS if self.bm % s == 0 and self.smem_bytes(s, itemsize) <= limit]
 
     def occupancy(self, split: int = 1) -> int:
         """Blocks one SM holds at once: threads (2048), registers (the kernel's cap: 128 a thread for 256
@@ -321,14 +327,14 @@ def cost(tile: Tile, split: int, m: int, n: int, k: int, batch: int = 1) -> floa
             + throughput * f["throughput_steps"] + model["split0"] * f["split"] + model["split1"] * f["split_size"])
 
 
-def candidates(m: int, n: int, k: int, precision: str, batch: int = 1, pipelined: bool = True):
+def candidates(m: int, n: int, k: int, precision: str, batch: int = 1, pipelined: bool = True, itemsize: int = 4):
     """(cost, tile, split) for every catalogue tile (pipelined ones too, or not) and usable split, cheapest
-    first."""
+    first; elements of `itemsize` bytes (8: float64, whose register-staged tiles take twice the shared memory)."""
     out = []
     for tile in TILES[precision]:
         if tile.stages and not pipelined:
             continue
-        for split in tile.splits():
+        for split in tile.splits(itemsize):
             if split_fits(tile, split, k, batch):
                 out.append((cost(tile, split, m, n, k, batch), tile, split))
     out.sort(key=lambda c: (c[0], -c[1].bm * c[1].bn, c[2]))
@@ -532,7 +538,8 @@ def choose_tile(m: int, n: int, k: int, trans_a: bool, trans_b: bool, precision:
     else:
         # the model ranks the register-staged tiles only: a pipelined one it preferred made logreg's
         # batch-1000 step 4% slower (H100, 23.8 -> 24.8 us), so those go only where the sweep timed them
-        usable = (c for c in candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1), pipelined=False)
+        usable = (c for c in candidates(max(m, 1), max(n, 1), max(k, 1), precision, max(batch, 1), pipelined=False,
+                                        itemsize=8 if dtype == "float64" else 4)
                   if rows_fit(c[1], c[2], rows, k, trans_a))
         _, tile, split = next(usable, (None, None, None))
         if tile is None:

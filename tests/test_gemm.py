@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import gcompile as gc
 from gcompile.build import compile_flags
 from gcompile.errors import GCompileError
 from gcompile.gemm_tiles import (LARGE_TILE, TC_LARGE_TILE, TILES, Tile, alternatives, calibration, candidates,
-                                 SHORT_K_MAX, choose_tile, cost, is_large, rows_fit, short_k_choice,
+                                 SHORT_K_MAX, SMEM_LIMIT, choose_tile, cost, is_large, rows_fit, short_k_choice,
                                  tensor_core_choice, tile_by_name, tuned_tile)
 from gcompile.resources import package_dir
 import gemm_harness as H
@@ -576,6 +577,23 @@ def test_register_staged_tiles_count_their_row_indices():
         tuned_tile(big.name, 1, 784, 2048, 3585, "tf32", rows=True, trans_a=True)
     with pytest.raises(GCompileError, match="needs 400000 row indices, more than any tile's block can hold"):
         choose_tile(784, 16, 400000, True, False, "fp32", rows=True)
+
+
+def test_float64_gemms_get_tiles_whose_doubles_fit_in_shared_memory(tmp_path):
+    """A register-staged tile's buffers hold the GEMM's elements: 64 x 64 x 32 split 4 fits 48 KB as floats,
+    not as doubles (68 KB): nvcc's static_assert stopped a float64 MLP's build at batch 512 and 1000."""
+    shapes = [(m, n, k, ta) for m in (100, 784, 1000) for n in (10, 100, 256) for k in (128, 512, 1000, 4096)
+              for ta in (False, True)]
+    for m, n, k, ta in shapes:
+        tile, split = Tile.parse(choose_tile(m, n, k, ta, False, "fp32", dtype="float64"))
+        assert not tile.stages and not tile.tf32 and tile.smem_bytes(split, 8) <= SMEM_LIMIT, (m, n, k, ta)
+    assert TILES["fp32"][0].splits(8) and not [t for t in TILES["fp32"] if t.stages and t.splits(8)]
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    x, g = gc.placeholder("x", (512, 784), dtype="float64"), gc.placeholder("g", (512, 256), dtype="float64")
+    artifact = gc.compile([gc.matmul(x, g, trans_a=True), gc.matmul(g, g, trans_a=True)], target="cuda",
+                          out_dir=tmp_path, name="gemm64")
+    assert open(artifact.library, "rb").read(4) == b"\x7fELF"
 
 
 def test_which_tiles_read_float_rows_only():
