@@ -155,6 +155,22 @@ def mlp(batch, hidden, classes=10, features=20, momentum=0.0):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_pow_at_special_values_matches_numpy(target):
+    """np.power takes sqrt for the exponent 0.5: NaN at -inf and -0 at -0, where C's pow gives inf and +0 (QA)."""
+    values = np.array([-np.inf, -0.0, 0.0, np.nan, 2.0, -2.0, np.inf, 1e-30], np.float64)
+    outputs, feeds = [], {}
+    for dtype in ("float32", "float64"):
+        x = gc.placeholder(f"x_{dtype}", values.shape, dtype=dtype)
+        feeds[x] = values.astype(dtype)
+        outputs += [gc.pow(x, e) for e in (0.5, -0.5, 2.0, 3.0, 1.5, -1.0)]
+    with np.errstate(all="ignore"):
+        want = gc.NumpyExecutor(outputs).run(feeds)
+    for node, w, g in zip(outputs, want, gc.Executor(outputs, target=target).run(feeds)):
+        same = ((w == g) & (np.signbit(w) == np.signbit(g))) | (np.isnan(w) & np.isnan(g))
+        assert same.all(), f"{node.describe()}: {g} against numpy's {w}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("hidden,momentum", [((), 0.0), ((32, 16), 0.0), ((24,), 0.9), ((100, 48), 0.0)],
                          ids=["logreg", "mlp", "mlp_momentum", "mlp_wide"])   # wide: post GEMMs of N > 32
 def test_training_steps_match_numpy(target, hidden, momentum, tmp_path):

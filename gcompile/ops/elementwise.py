@@ -18,6 +18,10 @@ class Elementwise(Op):
     wraps = False   # on int32, c_expr runs on uint32_t operands: it wraps as numpy's int32 arrays do (signed
                     # overflow is undefined in C++: the compiler folded `x + 1 >= x` to 1 at INT32_MAX)
 
+    def c_text(self, attrs: dict) -> str:
+        """The C expression of a node with these attributes (c_expr, unless an attribute picks another)."""
+        return self.c_expr
+
     def infer(self, node):
         if self.float_only:
             for x in node.inputs:
@@ -177,6 +181,8 @@ class ReluGrad(Elementwise):
 class Pow(Elementwise):
     """x ** exponent for a scalar exponent (attribute `exponent`)."""
     name, c_expr, float_only = "pow", "pow({0}, {exponent})", True
+    def c_text(self, attrs):   # numpy takes sqrt for 0.5: NaN at -inf and -0 at -0, where C's pow gives inf and 0
+        return "sqrt({0})" if attrs["exponent"] == 0.5 else self.c_expr
     def compute(self, node, x): return np.power(x, node.attrs["exponent"]).astype(x.dtype)
     def grad(self, node, g):
         e = node.attrs["exponent"]

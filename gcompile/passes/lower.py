@@ -841,7 +841,7 @@ class GroupCode:
         op = get_op(m.op)
         if op.wraps and m.dtype == "int32":
             operands = [f"(uint32_t)({x})" for x in operands]
-        return f"({ctype})({op.c_expr.format(*operands, **attrs)})"
+        return f"({ctype})({op.c_text(m.attrs).format(*operands, **attrs)})"
 
     def define(self, m: Node, context: str, out: list, done: set):
         """Append the statements computing m (and the members of the same context it needs) to `out`."""
