@@ -58,6 +58,8 @@ class NumpyExecutor:
     `get_variable` / `set_variable` or the `variables` dict."""
 
     def __init__(self, outputs: Iterable[Node], dtype: str | None = None, mode: str = "train"):
+        if dtype is not None:
+            dtype = G.canonical_dtype(dtype)    # (np.float64, 'f8', 'double' name float64)
         if dtype is not None and dtype not in G.FLOAT_DTYPES:
             raise GCompileError(f"NumpyExecutor: dtype must be float32 or float64, got {dtype!r}")
         self.float_dtype = dtype
@@ -82,10 +84,8 @@ class NumpyExecutor:
         node = self.variable_nodes.get(name)
         if node is None:
             raise GCompileError(f"no variable named {name!r}; known: {sorted(self.variables)}")
-        arr = np.asarray(value)
-        if arr.shape != node.shape:
-            raise GCompileError(f"set_variable {name!r}: expected shape {node.shape}, got {arr.shape}")
-        self.variables[name] = arr.astype(self.dtype_of(node))
+        self.variables[name] = check_feed(name, node.shape, node.dtype, value, as_dtype=self.dtype_of(node),
+                                          what="set_variable")
 
     def run(self, feed_dict: Mapping | None = None) -> list[np.ndarray]:
         feeds = {}

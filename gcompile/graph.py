@@ -48,10 +48,52 @@ def current_phase() -> str:
 
 
 def canonical_dtype(dtype) -> str:
-    name = np.dtype(dtype).name
+    """The dtype's name, one of DTYPES (numpy's spellings accepted: np.float32, 'f4', 'double')."""
+    supported = f"gcompile supports {', '.join(DTYPES)}"
+    if dtype is None:     # (numpy reads None as float64)
+        raise ShapeError(f"dtype None: give one; {supported}")
+    try:
+        name = np.dtype(dtype).name
+    except (TypeError, ValueError):
+        raise ShapeError(f"unknown dtype {dtype!r}; {supported}") from None
     if name not in DTYPES:
-        raise ShapeError(f"unsupported dtype {name!r}; gcompile supports {', '.join(DTYPES)}")
+        given = repr(name) if dtype == name else f"{dtype!r} ({name})"
+        raise ShapeError(f"unsupported dtype {given}; {supported}")
     return name
+
+
+def shown(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def converted(value, dtype: str, what: str) -> np.ndarray:
+    """value (a number, sequence or array) as an array of `dtype`, refused where that would change it: a
+    fraction, NaN or an infinity into an integer type, a number out of the type's range (a finite float that
+    would become inf), anything that is not a real number. Floats round to a float type's precision."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ShapeError(f"{what}: {shown(value)} is not an array of numbers ({e})") from None
+    target = np.dtype(dtype)
+    if arr.dtype == object and arr.size and all(isinstance(v, int) for v in arr.flat):   # ints beyond 64 bits
+        if target.kind != "f":
+            raise ShapeError(f"{what}: {shown(value)} is out of the range of {dtype}")
+        arr = arr.astype(np.float64)
+    if arr.dtype.kind not in "biuf":
+        raise ShapeError(f"{what}: {shown(value)} is not a real number (numpy makes it {arr.dtype})")
+    if target.kind in "iu" and arr.size:
+        if arr.dtype.kind == "f" and not (np.isfinite(arr).all() and (arr == np.trunc(arr)).all()):
+            raise ShapeError(f"{what}: {shown(value)} is not a whole number, as a {dtype} value must be (cast "
+                             f"the other operand to a float type)")
+        info = np.iinfo(target)
+        if arr.min() < info.min or arr.max() > info.max:
+            raise ShapeError(f"{what}: {shown(value)} is out of the range of {dtype} [{info.min}, {info.max}]")
+    with np.errstate(over="ignore"):
+        out = arr.astype(target)
+    if target.kind == "f" and arr.dtype.kind == "f" and (np.isfinite(arr) & ~np.isfinite(out)).any():
+        raise ShapeError(f"{what}: {shown(value)} is out of the range of {dtype}")
+    return out
 
 
 class Node:
@@ -65,7 +107,7 @@ class Node:
 
         self.id = next(_ids)
         self.op = op
-        self.inputs = tuple(inputs)
+        self.inputs = tuple(i if isinstance(i, Node) else as_node(i, what=op) for i in inputs)
         self.attrs = dict(attrs or {})
         if name is not None and (not isinstance(name, str) or any(ord(c) < 32 or ord(c) == 127 for c in name)):
             # (the generated code's comments and tables carry names: a newline would end a comment)
@@ -110,8 +152,8 @@ class Node:
     def __rmul__(self, other): return mul(other, self)
     def __truediv__(self, other): return div(self, other)
     def __rtruediv__(self, other): return div(other, self)
-    def __matmul__(self, other): return matmul(self, as_node(other, like=self))
-    def __rmatmul__(self, other): return matmul(as_node(other, like=self), self)
+    def __matmul__(self, other): return matmul(self, as_node(other, like=self, what="matmul"))
+    def __rmatmul__(self, other): return matmul(as_node(other, like=self, what="matmul"), self)
     def __neg__(self): return neg(self)
     def __pos__(self): return self
 
@@ -185,22 +227,27 @@ def variable(name: str, shape: Sequence[int] | None = None, init=None, dtype="fl
                                  "init": init, "trainable": trainable}, name=name)
 
 
-def constant(value, dtype=None, name: str | None = None) -> Node:
-    """A value fixed at compile time. Scalars are emitted as literals; arrays as initialized data."""
-    arr = np.asarray(value)
+def constant(value, dtype=None, name: str | None = None, what: str = "constant") -> Node:
+    """A value fixed at compile time (without `dtype`: int32 for integers and booleans, float32 otherwise),
+    refused where the dtype cannot hold it (`converted`). Scalars are emitted as literals; arrays as
+    initialized data."""
     if dtype is None:
-        dtype = "int32" if arr.dtype.kind in "iub" else "float32"
-    arr = arr.astype(canonical_dtype(dtype))
-    return Node("constant", (), {"value": arr}, name=name)
+        try:
+            kind = np.asarray(value).dtype.kind
+        except (TypeError, ValueError, OverflowError):
+            kind = "f"                   # (converted says what is wrong with it)
+        dtype = "int32" if kind in "iub" else "float32"
+    return Node("constant", (), {"value": converted(value, canonical_dtype(dtype), what)}, name=name)
 
 
-def as_node(value, like: Node | None = None) -> Node:
-    """Nodes pass through; Python numbers and arrays become constants (of `like`'s dtype for numbers)."""
+def as_node(value, like: Node | None = None, what: str = "constant") -> Node:
+    """Nodes pass through; Python numbers, sequences and arrays become constants, of `like`'s dtype where
+    there is a `like` (the other operand: as numpy's Python scalars do) — refused where that dtype cannot hold
+    them (2.5 or 2**31 beside an int32 node)."""
     if isinstance(value, Node):
         return value
-    if like is not None and np.isscalar(value):
-        return constant(value, dtype=like.dtype)
-    return constant(value)
+    return constant(value, dtype=like.dtype if like is not None else None,
+                    what=f"{what}: an operand beside {like.describe()}" if like is not None else what)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,8 +256,8 @@ def as_node(value, like: Node | None = None) -> Node:
 def _binary(op: str, a, b) -> Node:
     if not isinstance(a, Node) and not isinstance(b, Node):
         raise ShapeError(f"{op}: at least one operand must be a graph node")
-    a = as_node(a, like=b if isinstance(b, Node) else None)
-    b = as_node(b, like=a)
+    a = as_node(a, like=b if isinstance(b, Node) else None, what=op)
+    b = as_node(b, like=a, what=op)
     return Node(op, (a, b))
 
 
@@ -243,8 +290,8 @@ def where(cond, a, b):
         raise ShapeError(f"where: the condition must be a graph node, got {type(cond).__name__}")
     if not isinstance(a, Node) and not isinstance(b, Node):
         raise ShapeError("where: at least one of the two values must be a graph node")
-    a = as_node(a, like=b if isinstance(b, Node) else None)
-    return Node("where", (cond, a, as_node(b, like=a)))
+    a = as_node(a, like=b if isinstance(b, Node) else None, what="where")
+    return Node("where", (cond, a, as_node(b, like=a, what="where")))
 
 
 def pow(x, exponent: float):  # noqa: A001 - mirrors numpy's name

@@ -23,7 +23,8 @@ def fans(shape) -> tuple[int, int]:
 
 class Initializer:
     def __call__(self, shape, dtype="float32") -> np.ndarray:
-        return np.asarray(self.draw(tuple(shape)), dtype=dtype).reshape(shape)
+        from .graph import converted   # (a value the dtype cannot hold is refused: 3e9 or 0.5 for int32)
+        return converted(self.draw(tuple(shape)), dtype, f"initializer {self.describe()}").reshape(shape)
 
     def describe(self) -> str:
         args = ",".join(f"{k}={v}" for k, v in vars(self).items())

@@ -199,6 +199,75 @@ def test_executor_rejects_an_integer_compute_dtype():
         gc.NumpyExecutor([gc.placeholder("x", (2,))], dtype="int32")
 
 
+def test_executor_takes_numpys_spellings_of_its_compute_dtype():
+    x = gc.placeholder("x", (2,))
+    for spelling in (np.float64, "f8", "double"):
+        assert gc.NumpyExecutor([x * 1.5], dtype=spelling).run({x: [1.0, 2.0]})[0].dtype == np.float64
+
+
+# --- numbers beside nodes, dtypes (QA: values the node's dtype cannot hold were converted silently) ------
+def test_numbers_and_arrays_take_the_other_operands_dtype():
+    f64, u8 = gc.placeholder("f64", (3,), dtype="float64"), gc.placeholder("u8", (3,), dtype="uint8")
+    x, i = gc.placeholder("x", (3,)), gc.placeholder("i", (3,), dtype="int32")
+    outs = [f64 + np.array([1.0, 2.0, 3.0]), f64 * np.array(2.0), u8 + np.array([1, 2, 3], np.uint8), x + [1, 2, 3],
+            2.0 * i, i + np.array([True, False, True]), gc.exp(2.0) * x, gc.neg(np.ones(3)) + x]
+    assert [o.dtype for o in outs] == ["float64", "float64", "uint8", "float32", "int32", "int32", "float32",
+                                       "float32"]
+    got = gc.NumpyExecutor(outs).run({f64: [1.0, 2.0, 4.0], u8: [1, 2, 3], x: [0.5, 0.25, 0.0], i: [1, -2, 3]})
+    np.testing.assert_allclose(got[0], [2, 4, 7]) and np.testing.assert_array_equal(got[4], [2, -4, 6])
+    np.testing.assert_allclose(got[6], np.exp(np.float32(2.0)) * np.float32([0.5, 0.25, 0.0]), rtol=1e-6)
+    np.testing.assert_array_equal(got[7], [-0.5, -0.75, -1.0])
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda i, u, x: 2.5 * i, r"mul: an operand beside i \(3,\) int32: 2.5 is not a whole number"),
+    (lambda i, u, x: i + 0.5, "not a whole number"),
+    (lambda i, u, x: i + float("nan"), "not a whole number"),
+    (lambda i, u, x: gc.maximum(i, 0.5), "maximum: .* not a whole number"),
+    (lambda i, u, x: i + 2 ** 31, r"2147483648 is out of the range of int32 \[-2147483648, 2147483647\]"),
+    (lambda i, u, x: i * 1e10, "out of the range of int32"),
+    (lambda i, u, x: i + np.array([2 ** 40]), "out of the range of int32"),
+    (lambda i, u, x: i + 2 ** 70, "out of the range of int32"),
+    (lambda i, u, x: u + 300, "out of the range of uint8"),
+    (lambda i, u, x: u / -1, "out of the range of uint8"),
+    (lambda i, u, x: x + 1e300, "out of the range of float32"),
+    (lambda i, u, x: x + None, "None is not a real number"),
+    (lambda i, u, x: x + "a", "'a' is not a real number"),
+    (lambda i, u, x: gc.constant(1 + 2j), r"\(1\+2j\) is not a real number"),
+    (lambda i, u, x: gc.constant(3e9, dtype="int32"), "out of the range of int32"),
+    (lambda i, u, x: gc.constant(2 ** 40), "out of the range of int32"),
+    (lambda i, u, x: gc.NumpyExecutor([gc.variable("v", (2,), dtype="int32", init=gc.init.Constant(3e9))]),
+     r"initializer constant\(3000000000.0\): .* out of the range of int32"),
+    (lambda i, u, x: gc.NumpyExecutor([gc.variable("w", (2,), dtype="int32", init=gc.init.normal(1.0))]),
+     "not a whole number"),
+])
+def test_values_a_dtype_cannot_hold_are_refused(build, message):
+    i, u = gc.placeholder("i", (3,), dtype="int32"), gc.placeholder("u", (3,), dtype="uint8")
+    with pytest.raises(gc.ShapeError, match=message):
+        build(i, u, gc.placeholder("x", (3,)))
+
+
+@pytest.mark.parametrize("dtype, message", [
+    ("fp32", "unknown dtype 'fp32'; gcompile supports float32, float64, int32, uint8"),
+    ("float32 ", "unknown dtype 'float32 '"), ("", "unknown dtype ''"),
+    (None, "dtype None: give one"), ("int", r"unsupported dtype 'int' \(int64\)"),
+    (np.int16, r"unsupported dtype <class 'numpy.int16'> \(int16\)"), ("complex64", "unsupported dtype 'complex64'"),
+])
+def test_dtype_names_are_checked_with_the_name_given(dtype, message):
+    with pytest.raises(gc.ShapeError, match=message):
+        gc.placeholder("x", (2,), dtype=dtype)
+
+
+def test_set_variable_checks_the_values_as_a_feed_is():
+    v = gc.variable("v", (2,), dtype="int32")
+    ex = gc.NumpyExecutor([v])
+    for bad in ([2 ** 40, 0], [1.7, 0], [np.nan, 0]):
+        with pytest.raises(gc.GCompileError, match="set_variable 'v'"):
+            ex.set_variable("v", bad)
+    ex.set_variable("v", np.array([3, -4], np.int64))
+    np.testing.assert_array_equal(ex.run()[0], [3, -4])
+
+
 # --- executor: variables and assign -------------------------------------------------------------------
 def test_variables_get_and_set_by_name():
     W = gc.variable("W", (2, 3), init=gc.init.normal(1.0, seed=5))
