@@ -280,6 +280,15 @@ def test_reduce_of_a_scalar_and_integers():
              lambda v: np.array([4, 6], np.int32))
 
 
+def test_an_integer_mean_truncates_its_exact_sum_toward_zero():
+    """As the compiled kernels do (an int64 sum): np.mean's float64 sum rounded 2^23 values near 2^31 (QA)."""
+    check_op(lambda v: gc.reduce_mean(v, axis=1), [np.array([[-1, -1, 1], [5, 5, 6], [-7, 0, 0]], np.int32)],
+             lambda v: np.array([0, 5, -2], np.int32))
+    big = np.full(2 ** 23, 2 ** 31 - 1, np.int32)
+    big[0] -= 1
+    check_op(gc.reduce_mean, [big], lambda v: np.int32(2 ** 31 - 2))
+
+
 # --- softmax family -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape,axis", [((3, 5), -1), ((3, 5), 0), ((3, 5), 1), ((2, 3, 4), 1), ((4,), 0)],
                          ids=str)

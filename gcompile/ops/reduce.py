@@ -43,7 +43,12 @@ class ReduceSum(Reduce):
 @register
 class ReduceMean(Reduce):
     name = "reduce_mean"
-    def compute(self, node, x): return np.mean(x, axis=node.attrs["axes"], keepdims=node.attrs["keepdims"])
+    def compute(self, node, x):
+        axes, keep = node.attrs["axes"], node.attrs["keepdims"]
+        if x.dtype.kind in "iu":   # the sum in int64, truncated toward zero (np.mean's float64 rounds above 2^53)
+            total = np.sum(x, axis=axes, keepdims=keep, dtype=np.int64)
+            return (np.sign(total) * (np.abs(total) // self.count(node))).astype(x.dtype)
+        return np.mean(x, axis=axes, keepdims=keep)
     def grad(self, node, g): return [expand_back(node, g) * (1.0 / self.count(node))]
 
 
