@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import gcompile as gc
 from gcompile.ops import get_op
 from gcompile.passes import check_plan, plan_memory, schedule, simplify
-from gcompile.passes.fuse import describe_groups, expand, fuse
+from gcompile.passes.fuse import describe_groups, expand, fuse, split_matmul
 from gcompile.passes.plan_memory import storage_root
 from gcompile.pipeline import compile_program
 from graphs import broadcastable, mlp_program, random_graphs
@@ -461,3 +461,45 @@ def test_split_reductions_compile_to_the_reference_numbers(target):
     feeds = {x: r.uniform(-1, 1, (256, 512)), t: r.uniform(-1, 1, (256, 512)), v: r.uniform(-1, 1, 40000),
              c: r.uniform(-1, 1, (40000, 3))}
     check_compiled(outputs, {k: a.astype(np.float32) for k, a in feeds.items()}, target)
+
+
+@pytest.mark.parametrize("k, m, n, trans_b, stacks", [
+    (65536, 16, 64, False, 256),      # a weight gradient at batch 65536: 2 tiles at split 8 were 16 blocks
+    (20000, 100, 10, False, 50),      # K / S at least 256: S up to 78, the divisor nearest 128 is 50
+    (16384, 784, 256, False, None),   # tiles enough
+    (8192, 16, 64, False, None),      # K short
+    (65536, 16, 64, True, None),      # A^T B^T: not a reshape of its K axis
+    (16411, 16, 16, False, None),     # a prime K
+])
+def test_a_long_k_weight_gradient_becomes_a_stack_of_gemms_and_their_sum(k, m, n, trans_b, stacks):
+    a = gc.placeholder("a", (k, m))
+    b = gc.placeholder("b", (n, k) if trans_b else (k, n))
+    c = gc.matmul(a, b, trans_a=True, trans_b=trans_b)
+    (expanded,) = expand([c])
+    if stacks is None:
+        assert expanded is c and split_matmul(c, a, b) is None
+        return
+    (part,) = [x for x in gc.topological_order([expanded]) if x.op == "matmul"]
+    assert expanded.op == "reduce_sum" and part.shape == (stacks, m, n) and expanded.name == c.name
+    r = np.random.RandomState(1)
+    av, bv = r.uniform(-1, 1, a.shape).astype(np.float32), r.uniform(-1, 1, b.shape).astype(np.float32)
+    np.testing.assert_allclose(gc.NumpyExecutor([expanded]).run({a: av, b: bv})[0],
+                               av.astype(np.float64).T @ bv, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_large_batch_regressions_loss_and_gradients_match_the_reference(target):
+    """Its weight gradients split (split_matmul), its bias gradients and loss split (split_reduction)."""
+    r = np.random.RandomState(2)
+    x, t = gc.placeholder("x", (32768, 8)), gc.placeholder("t", (32768, 1))
+    W1 = gc.variable("W1", init=(r.standard_normal((8, 16)) * 0.3).astype(np.float32))
+    b1 = gc.variable("b1", (16,))
+    W2 = gc.variable("W2", init=(r.standard_normal((16, 1)) * 0.3).astype(np.float32))
+    d = gc.relu(x @ W1 + b1) @ W2 - t
+    loss = gc.reduce_mean(d * d)
+    grads = gc.gradients(loss, [W1, b1, W2])
+    ops = [n.op for n in gc.topological_order(expand(grads))]
+    assert ops.count("matmul") >= 3 and any(n.ndim == 3 for n in gc.topological_order(expand(grads))
+                                            if n.op == "matmul")
+    feeds = {x: r.uniform(-1, 1, (32768, 8)).astype(np.float32), t: r.uniform(-1, 1, (32768, 1)).astype(np.float32)}
+    check_compiled([loss, *grads], feeds, target)

@@ -12,6 +12,8 @@ Steps:
    loss and its gradient share one max and one sum). A reduction over slices of LONG_SLICE elements or
    more that would run on fewer than FEW_BLOCKS blocks (an MSE over a whole output, a bias gradient at a
    large batch) becomes two, over many shorter slices (`split_reduction`): a block's slices are its work.
+   So does a GEMM A^T B over a long K with few tiles (a weight gradient at a large batch: `split_matmul`,
+   a stack of GEMMs over parts of K and their sum).
 2. group (vertical fusion), greedily in a topological order: a fusable node joins the group of an input,
    and may merge the groups of several inputs, when the result is
    - convex (no path leaves the group and comes back, each other group counting as one node; assigns
@@ -616,6 +618,34 @@ def split_reduction(n: Node, x: Node) -> Node | None:
     return outer if outer.shape == n.shape else G.reshape(outer, n.shape)
 
 
+# A GEMM A^T B over K of LONG_K or more (a weight gradient at a large batch, K the batch) whose tiles are few
+# keeps few blocks: a tile's K is split at most 8 ways (a cluster), so each block walks K / 8. split_matmul
+# makes it a stack of GEMMs over K / S each and their sum.
+LONG_K = 1 << 14
+STACK_BLOCKS = 256      # about what the stack's tiles come to (64 x 64 tiles)
+
+
+def split_matmul(n: Node, a: Node, b: Node) -> Node | None:
+    """C = A^T B (A (K, M), B (K, N): their K axes lead, so a reshape makes the stack) over a long K with
+    fewer than FEW_BLOCKS blocks at split 8, as reduce_sum(A_s^T B_s over s): S stacked GEMMs over K / S,
+    S a divisor of K near STACK_BLOCKS / (the tiles of C), at least 2 and K / S at least 256; or None (other
+    transposes, stacks, short K, no such divisor). The sum over s is a short reduction per element of C
+    (S of them), which takes the epilogue's work (an SGD update) with it."""
+    if a.ndim != 2 or b.ndim != 2 or not n.attrs["trans_a"] or n.attrs["trans_b"]:
+        return None
+    (k, m), cols = a.shape, b.shape[1]
+    tiles = math.ceil(m / 64) * math.ceil(cols / 64)
+    if k < LONG_K or tiles * 8 >= FEW_BLOCKS:
+        return None
+    want = max(2, STACK_BLOCKS // tiles)
+    stacks = [s for s in range(2, min(2 * want, k // 256) + 1) if k % s == 0]
+    if not stacks:
+        return None
+    s = min(stacks, key=lambda s: (abs(s - want), s))
+    part = G.matmul(G.reshape(a, (s, k // s, m)), G.reshape(b, (s, k // s, cols)), trans_a=True)
+    return G.reduce_sum(part, 0)
+
+
 def expand(outputs: list[Node]) -> list[Node]:
     order = G.topological_order(outputs)
     activated = {n.inputs[0] for n in order if n.op == "relu"}
@@ -636,14 +666,15 @@ def expand(outputs: list[Node]) -> list[Node]:
 
 
 def split_reductions(outputs: list[Node]) -> list[Node]:
-    """The graph with every reduction split_reduction splits split (the expansions' ones included)."""
+    """The graph with every reduction split_reduction splits (the expansions' ones included) and every GEMM
+    split_matmul splits split."""
     new: dict[Node, Node] = {}
     for n in G.topological_order(outputs):
         inputs = tuple(new[i] for i in n.inputs)
         m = None
-        if n.op in REDUCTIONS:
+        if n.op in REDUCTIONS or n.op == "matmul":
             with G.phase(n.phase):
-                m = split_reduction(n, inputs[0])
+                m = (split_reduction if n.op in REDUCTIONS else split_matmul)(n, *inputs)
         if m is None:
             m = G.rebuilt(n, inputs)
         m.name = n.name
