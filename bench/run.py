@@ -165,9 +165,11 @@ class Bench:
         for gc_row in ours:
             if gc_row.get("bandwidth_Bps") and copy.get("bandwidth_Bps"):
                 gc_row["fraction_of_copy"] = gc_row["bandwidth_Bps"] / copy["bandwidth_Bps"]
+                moved = "bytes read + written" if gc_row["bytes_moved"] == copy["bytes_moved"] else \
+                    "bytes read against the copy's read + written"
                 gc_row["note"] = "; ".join(x for x in (gc_row.get("note"), (
                     f"{100 * gc_row['fraction_of_copy']:.1f}% of copy bandwidth ({gc_row['bandwidth_Bps'] / 1e9:.0f} "
-                    f"vs {copy['bandwidth_Bps'] / 1e9:.0f} GB/s, bytes read + written)")) if x)
+                    f"vs {copy['bandwidth_Bps'] / 1e9:.0f} GB/s, {moved})")) if x)
 
     def gemm(self):
         if not (ROOT / "bench" / "gemm_bench.py").exists():
