@@ -1,6 +1,7 @@
 """Layer helpers for model files: each call creates its layer's variables — named `<layer>.<role>`, with a
 seeded initializer of their own (He for weights feeding ReLUs) — and returns the layer's output;
-`params` lists the trainable variables in creation order, ready for gc.Program.
+`params` lists the trainable variables in creation order, ready for gc.Program. `dtype` is the variables'
+(float32 unless given: `Layers(dtype="float64")` for a float64 model).
 
     L = gc.layers.Layers(seed=0)
     h = gc.relu(L.batch_norm("bn1", L.conv2d("conv1", x, 16, 3, padding=1, bias=False)))
@@ -14,12 +15,15 @@ from . import init
 
 
 class Layers:
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, dtype: str = "float32"):
         self.params: list = []
         self.seed = int(seed)  # the next variable's seed: every variable draws its own stream
+        self.dtype = G.canonical_dtype(dtype)
+        if self.dtype not in G.FLOAT_DTYPES:
+            raise G.ShapeError(f"Layers: dtype {self.dtype} — a layer's parameters are float32 or float64")
 
     def variable(self, name: str, shape, initializer, trainable: bool = True):
-        v = G.variable(name, shape, init=initializer, trainable=trainable)
+        v = G.variable(name, shape, init=initializer, dtype=self.dtype, trainable=trainable)
         if trainable:
             self.params.append(v)
         return v

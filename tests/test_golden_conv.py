@@ -85,12 +85,27 @@ def tiny_convnet_adam():
     return gc.Program(gc.softmax_cross_entropy(logits, y), L.params, optimizer, {"logits": logits}, name="tiny")
 
 
+def tiny_convnet_float64():
+    """The Layers of a float64 model (Layers(dtype=...)): conv -> batch norm -> ReLU -> max pool -> dense,
+    SGD with momentum on a cosine schedule."""
+    L = gc.layers.Layers(seed=5, dtype="float64")
+    x = gc.placeholder("x", (8, 784), dtype="float64")
+    y = gc.placeholder("y", (8,), dtype="int32")
+    h = gc.relu(L.batch_norm("bn", L.conv2d("conv", gc.reshape(x, (8, 1, 28, 28)), 4, 3, bias=False)))
+    logits = L.dense("fc", gc.flatten(gc.max_pool2d(h, 2)), 10)
+    assert {p.dtype for p in L.params} == {"float64"}
+    optimizer = gc.SGD(0.05, momentum=0.9, schedule=gc.CosineSchedule(total_steps=4))
+    return gc.Program(gc.softmax_cross_entropy(logits, y), L.params, optimizer,
+                      {"logits": logits}, name="tiny64")
+
+
 NETWORKS = {  # example file and program() options (small enough for the numpy reference in CI), or a builder
     "lenet": ("mnist_lenet", dict(batch_size=8, batch_norm=True, dropout=0.3, optimizer="sgd", lr=0.05,
                                   schedule="cosine", weight_decay=1e-3)),
     "resnet_1block": ("resnet14", dict(batch_size=8, widths=(4, 8), blocks=(1, 1), dropout=0.2, optimizer="sgd",
                                        schedule="step", lr=0.05)),
     "tiny_adam": (tiny_convnet_adam, {}),
+    "tiny_float64": (tiny_convnet_float64, {}),
 }
 
 
