@@ -503,3 +503,13 @@ def test_a_large_batch_regressions_loss_and_gradients_match_the_reference(target
                                             if n.op == "matmul")
     feeds = {x: r.uniform(-1, 1, (32768, 8)).astype(np.float32), t: r.uniform(-1, 1, (32768, 1)).astype(np.float32)}
     check_compiled([loss, *grads], feeds, target)
+
+
+def test_a_global_reduction_runs_on_at_most_global_blocks():
+    """Every block takes the ticket and leaves a partial: beyond what the GPU holds at once, more blocks only
+    queue on the ticket (lower.GLOBAL_BLOCKS; 65536 slices would be 8192 blocks)."""
+    from gcompile.passes.lower import GLOBAL_BLOCKS
+    x = gc.placeholder("x", (65536, 1024))
+    (kernel,) = compile_program([gc.reduce_sum(x * x)], "cuda").kernels["eval"]
+    (segment,) = kernel.values["segments"]
+    assert segment["slices"] == 65536 and segment["blocks"] == GLOBAL_BLOCKS == 2048

@@ -120,6 +120,13 @@ def coordinate(var: str, shape, d: int) -> str:
     return f"{coord} / {stride}" if stride != 1 else coord
 
 
+# A global reduction's blocks at most: each takes the ticket (an atomic on one word) and stores a partial the
+# last one sums; beyond what the GPU holds at once (8 blocks of 256 threads on each of ~132 SMs) more blocks
+# only queue on it. H200 (.device/globalcap.py, us): bench's 256 MB reduce 80.0 uncapped (8192 blocks), 77.2
+# at 2048, 77.7 at 1024, 121 at 512; an MSE train step over (4096, 1024) 40.0, 37.3, 36.5, 43.4.
+GLOBAL_BLOCKS = 2048
+
+
 def blocks_for(n: int, per_block: int = BLOCK) -> int:
     """Blocks for n independent items; grid-stride loops cover what is left over."""
     return max(1, min((n + per_block - 1) // per_block, 8192))
@@ -1007,6 +1014,8 @@ class GroupCode:
         in_registers = (sy == 1 and per == 1
                         and (lay.length <= ELEMENT_REGISTERS or bool(registers)) and not vector)
         blocks = min(vector["tiles"], 2 ** 31 - 1) if vector else blocks_for(lay.slices, per)
+        if global_accs and not split:
+            blocks = min(blocks, GLOBAL_BLOCKS)   # (every block takes the ticket and leaves a partial to sum)
         # A global reduction over several blocks: each stores its partials, the last to arrive (a ticket) sums
         # them in block order (gc_last_block). Ticket and partials (8 bytes a block each) are the kernel's
         # workspace in the arena; one block needs neither.
