@@ -282,6 +282,15 @@ static int gc_take(gc_reader* r, void* dst, size_t n, const char* what) {
     return GC_OK;
 }
 
+// "float32 (784, 256)": a tensor's dtype code and dims, for messages.
+static void gc_tensor_text(char* out, size_t size, unsigned dtype, const uint64_t* dims, int nd) {
+    const int known = dtype < sizeof gc_dtype_names / sizeof *gc_dtype_names;
+    int at = known ? snprintf(out, size, "%s (", gc_dtype_names[dtype]) : snprintf(out, size, "dtype %u (", dtype);
+    for (int d = 0; d < nd && at > 0 && (size_t)at < size; d++)
+        at += snprintf(out + at, size - at, d ? ", %llu" : "%llu", (unsigned long long)dims[d]);
+    if (at > 0 && (size_t)at < size) snprintf(out + at, size - at, nd == 1 ? ",)" : ")");
+}
+
 // Check a checkpoint against the program's variable table; with `arena` load its variables, with `st` its
 // position. With model_only (the trainer's --load) only the model is checked and loaded (table[i].model:
 // what the evaluation reads, and every trained variable), matched by name, dtype and shape: the file may
@@ -299,6 +308,8 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
     uint32_t version = 0, count = 0, stored_sum = 0;
     uint64_t head[7] = {0};
     double loss_sum;
+    char other[112] = "";   // (declared before the first goto: C++ refuses a jump past an initialization)
+    const char* sep = "";
     if (!src) { rc = gc_fail(GC_ERR_MEMORY, "out of host memory"); goto done; }
     if (size < 8 || memcmp(file, GC_CKPT_MAGIC, 8) != 0) {
         rc = gc_fail(GC_ERR_FORMAT, "%s: bytes 0-7: not a gcompile checkpoint", path);
@@ -320,10 +331,12 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
         (rc = gc_take(&r, &count, 4, "tensor count")) ||
         (rc = gc_take(&r, head, sizeof(uint64_t) * (version == 2 ? 6 : 7), "header")) ||
         (rc = gc_take(&r, &loss_sum, 8, "header"))) goto done;
+    // Another program's file (another layout hash) is read on, so that the message names what differs: the
+    // first tensor this program does not have or has otherwise, a variable missing, or only the hash.
     if (head[0] != layout_hash && !model_only) {
-        rc = gc_fail(GC_ERR_FORMAT, "%s: written by a different program (parameter layout hash %016llx, this "
-                     "program's is %016llx)", path, (unsigned long long)head[0], (unsigned long long)layout_hash);
-        goto done;
+        snprintf(other, sizeof other, "written by a different program (parameter layout hash %016llx, this "
+                 "program's is %016llx)", (unsigned long long)head[0], (unsigned long long)layout_hash);
+        sep = ": ";
     }
     for (uint32_t k = 0; k < count; k++) {
         uint16_t len = 0;
@@ -347,15 +360,21 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
             continue;
         }
         if (i == n) {
-            rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: tensor '%s' is not a variable of this program", path, at, name);
+            rc = gc_fail(GC_ERR_FORMAT, "%s: %s%sbyte %zu: tensor '%s' is not a variable of this program", path, other,
+                         sep, at, name);
             goto done;
         }
         if (src[i]) { rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: tensor '%s' appears twice", path, at, name); goto done; }
         int same = dt == table[i].dtype && nd == table[i].ndim && nbytes == table[i].nbytes;
         for (int d = 0; same && d < nd; d++) same = dims[d] == (uint64_t)table[i].dims[d];
         if (!same) {
-            rc = gc_fail(GC_ERR_FORMAT, "%s: byte %zu: tensor '%s' has another shape or dtype than the program's "
-                         "variable", path, at, name);
+            char theirs[160], ours[160];
+            uint64_t own[255];
+            for (int d = 0; d < table[i].ndim; d++) own[d] = (uint64_t)table[i].dims[d];
+            gc_tensor_text(theirs, sizeof theirs, dt, dims, nd);
+            gc_tensor_text(ours, sizeof ours, table[i].dtype, own, table[i].ndim);
+            rc = gc_fail(GC_ERR_FORMAT, "%s: %s%sbyte %zu: tensor '%s' is %s in the file, %s in this program", path,
+                         other, sep, at, name, theirs, ours);
             goto done;
         }
         if (nbytes > r.n - r.at) {
@@ -371,9 +390,10 @@ static int gc_checkpoint_load(const char* path, const gc_tensor_info* table, int
     }
     for (int i = 0; i < n; i++)
         if (!src[i] && (!model_only || table[i].model)) {
-            rc = gc_fail(GC_ERR_FORMAT, "%s: variable '%s' is missing", path, table[i].name);
+            rc = gc_fail(GC_ERR_FORMAT, "%s: %s%svariable '%s' is missing", path, other, sep, table[i].name);
             goto done;
         }
+    if (other[0]) { rc = gc_fail(GC_ERR_FORMAT, "%s: %s", path, other); goto done; }
     for (int i = 0; arena && i < n; i++)
         if (src[i] && (rc = gc_copy_to_device(arena + table[i].offset, src[i], table[i].nbytes)))
             goto done;

@@ -202,9 +202,14 @@ BAD_CHECKPOINTS = {  # name: (bytes given the model, the message, as a regex)
     "unknown variable": (lambda m: crafted(m, lambda t: t.update(extra=np.zeros(2, np.float32))),
                          r"'extra' is not a variable of this program"),
     "another shape": (lambda m: crafted(m, lambda t: t.update(W2=np.zeros((3, 5), np.float32))),
-                      r"'W2' has another shape or dtype"),
+                      r"'W2' is float32 \(3, 5\) in the file, float32 \(\d+, \d+\) in this program"),
     "another dtype": (lambda m: crafted(m, lambda t: t.update(step=np.zeros((), np.float32))),
-                      r"'step' has another shape or dtype"),
+                      r"'step' is float32 \(\) in the file, int32 \(\) in this program"),
+    "another program's dtypes": (
+        lambda m: ck.encode(ck.Checkpoint({k: v.astype(np.float64) if v.dtype == np.float32 else v
+                                           for k, v in m.params.items()}, 1234)),
+        r"written by a different program \(parameter layout hash 00000000000004d2, this program's is [0-9a-f]{16}\): "
+        r"byte \d+: tensor '\S+' is float64 \(\d+(, \d+)?,?\) in the file, float32 \(\d+(, \d+)?,?\) in this program"),
     "trailing bytes": (lambda m: resealed(crafted(m, lambda t: None)[:-4] + b"\0" * 5),
                        r"5 unexpected bytes after the last tensor"),
 }
