@@ -23,7 +23,7 @@ DTYPES = ("float32", "float64", "int32", "uint8")
 MAX_NDIM = 8   # the generated tables (and the data and checkpoint readers) hold at most 8 dimensions
 FLOAT_DTYPES = ("float32", "float64")
 
-_ids = itertools.count()
+NODE_IDS = itertools.count()   # every node's id, in the order they were made
 _phases = threading.local()   # .stack: the phases this thread's nodes are being made in (phase())
 PHASES = ("fwd", "bwd", "update")
 
@@ -105,7 +105,7 @@ class Node:
     def __init__(self, op: str, inputs: Sequence["Node"], attrs: dict | None = None, name: str | None = None):
         from .ops import get_op
 
-        self.id = next(_ids)
+        self.id = next(NODE_IDS)
         self.op = op
         self.inputs = tuple(i if isinstance(i, Node) else as_node(i, what=op) for i in inputs)
         self.attrs = dict(attrs or {})

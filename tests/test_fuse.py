@@ -393,31 +393,32 @@ def test_inspect_lists_the_workspaces_lower_adds_after_the_plan(capsys):
 
 # --- long reductions split ----------------------------------------------------------------------------
 def test_a_reduction_over_one_long_slice_runs_on_many_slices_and_a_global_one():
-    """An MSE over a whole (256, 512) output was one slice of 131072: one block on cuda, one thread on cpu."""
-    x, t = gc.placeholder("x", (256, 512)), gc.placeholder("t", (256, 512))
+    """An MSE over a whole (512, 512) output was one slice of 262144: one block on cuda, one thread on cpu."""
+    x, t = gc.placeholder("x", (512, 512)), gc.placeholder("t", (512, 512))
     loss = gc.reduce_mean((x - t) * (x - t))
     (group,) = fused([loss])[1]
     assert describe_groups([group]).startswith(
-        "g0 rows: 256 slices of 512 (reduced axes [1] of [256, 512]), 1 reduction phase(s), then a global reduction")
+        "g0 rows: 512 slices of 512 (reduced axes [1] of [512, 512]), 1 reduction phase(s), then a global reduction")
 
 
 SPLITS = [  # shape, axis, keepdims, op, dtype, split (into what inner reduction's input shape and axes)
-    ((256, 512), None, False, gc.reduce_mean, "float32", ((256, 512), (1,))),
-    ((256, 512), None, True, gc.reduce_sum, "float32", ((256, 512), (1,))),
-    ((4, 64, 512), (1, 2), False, gc.reduce_max, "float32", ((4, 64, 512), (2,))),
-    ((2, 64, 3, 512), (1, 3), True, gc.reduce_mean, "float32", ((2, 64, 3, 512), (3,))),
-    ((40000,), None, False, gc.reduce_sum, "float32", ((200, 200), (1,))),
-    ((40000, 3), 0, True, gc.reduce_mean, "float32", ((200, 200, 3), (1,))),
-    ((3, 35000), 1, False, gc.reduce_max, "int32", ((3, 200, 175), (2,))),
-    ((256, 512), None, False, gc.reduce_sum, "int32", ((256, 512), (1,))),
-    ((65536, 1), None, False, gc.reduce_mean, "float32", ((256, 256, 1), (1, 2))),   # not over the 1 alone
+    ((512, 512), None, False, gc.reduce_mean, "float32", ((512, 512), (1,))),
+    ((512, 512), None, True, gc.reduce_sum, "float32", ((512, 512), (1,))),
+    ((4, 256, 1024), (1, 2), False, gc.reduce_max, "float32", ((4, 256, 1024), (2,))),
+    ((2, 128, 3, 2048), (1, 3), True, gc.reduce_mean, "float32", ((2, 128, 3, 2048), (3,))),
+    ((262144,), None, False, gc.reduce_sum, "float32", ((512, 512), (1,))),
+    ((100000, 3), 0, True, gc.reduce_mean, "float32", ((400, 250, 3), (1,))),
+    ((3, 300000), 1, False, gc.reduce_max, "int32", ((3, 600, 500), (2,))),
+    ((512, 512), None, False, gc.reduce_sum, "int32", ((512, 512), (1,))),
+    ((262144, 1), None, False, gc.reduce_mean, "float32", ((512, 512, 1), (1, 2))),   # not over the 1 alone
     ((4, 40000, 8), (1, 2), True, gc.reduce_sum, "float32", ((4, 625, 64, 8), (2, 3))),
-    ((256, 512), None, False, gc.reduce_mean, "int32", None),      # an integer mean truncates: not split
     ((65536, 64), 0, False, gc.reduce_sum, "float32", ((256, 256, 64), (1,))),  # 64 strided slices: 8 blocks
-    ((127, 40000), 1, False, gc.reduce_sum, "float32", ((127, 200, 200), (2,))),
-    ((128, 40000), 1, False, gc.reduce_sum, "float32", None),      # a block a slice: blocks enough
+    ((127, 300000), 1, False, gc.reduce_sum, "float32", ((127, 600, 500), (2,))),
+    ((512, 512), None, False, gc.reduce_mean, "int32", None),      # an integer mean truncates: not split
+    ((128, 300000), 1, False, gc.reduce_sum, "float32", None),     # a block a slice: blocks enough
     ((40000, 1024), 0, False, gc.reduce_sum, "float32", None),     # 8 slices a block: blocks enough
-    ((32771,), None, False, gc.reduce_sum, "float32", None),       # a prime length: no cut
+    ((4, 40000), 1, False, gc.reduce_max, "float32", None),        # 40000 a block: less than the split costs
+    ((262147,), None, False, gc.reduce_sum, "float32", None),      # a prime length: no cut
     ((100, 300), None, False, gc.reduce_sum, "float32", None),     # short
 ]
 
@@ -452,39 +453,41 @@ def test_split_reductions_compile_to_the_reference_numbers(target):
     """The split forms fused with what they read, with their gradients: an MSE, a long column sum, a 1-D
     sum whose axis is cut in two and a softmax over long rows (an expansion's reductions)."""
     r = np.random.RandomState(7)
-    x, t = gc.placeholder("x", (256, 512)), gc.placeholder("t", (256, 512))
-    v, c = gc.placeholder("v", (40000,)), gc.placeholder("c", (40000, 3))
+    x, t = gc.placeholder("x", (512, 512)), gc.placeholder("t", (512, 512))
+    v, c = gc.placeholder("v", (262144,)), gc.placeholder("c", (100000, 3))
     mse = gc.reduce_mean((x - t) * (x - t))
     outputs = [mse, *gc.gradients(mse, [x]), gc.reduce_sum(gc.tanh(v)), gc.reduce_max(c * 2.0, 0, keepdims=True),
-               gc.reduce_sum(c, 0) + 1.0, gc.softmax(gc.reshape(c, (3, 40000)) * 4.0, 1)]
+               gc.reduce_sum(c, 0) + 1.0, gc.softmax(gc.reshape(c, (1, 300000)) * 4.0, 1)]
     assert sum(m.op == "reduce_max" for g in fused(outputs[-1:])[1] for m in g.members) == 2   # split
-    feeds = {x: r.uniform(-1, 1, (256, 512)), t: r.uniform(-1, 1, (256, 512)), v: r.uniform(-1, 1, 40000),
-             c: r.uniform(-1, 1, (40000, 3))}
+    feeds = {x: r.uniform(-1, 1, (512, 512)), t: r.uniform(-1, 1, (512, 512)), v: r.uniform(-1, 1, 262144),
+             c: r.uniform(-1, 1, (100000, 3))}
     check_compiled(outputs, {k: a.astype(np.float32) for k, a in feeds.items()}, target)
 
 
-@pytest.mark.parametrize("k, m, n, trans_b, stacks", [
-    (65536, 16, 64, False, 256),      # a weight gradient at batch 65536: 2 tiles at split 8 were 16 blocks
-    (20000, 100, 10, False, 50),      # K / S at least 256: S up to 78, the divisor nearest 128 is 50
-    (16384, 784, 256, False, None),   # tiles enough
-    (8192, 16, 64, False, None),      # K short
-    (65536, 16, 64, True, None),      # A^T B^T: not a reshape of its K axis
-    (16411, 16, 16, False, None),     # a prime K
+@pytest.mark.parametrize("k, m, n, trans_b, placeholder, stacks", [
+    (65536, 16, 64, False, False, 256),   # a weight gradient at batch 65536: 2 tiles at split 8 were 16 blocks
+    (20000, 100, 10, False, False, 50),   # K / S at least 256: S up to 78, the divisor nearest 128 is 50
+    (65536, 16, 64, False, True, None),   # A the image input: the trainer reads it in place as a plain GEMM's A
+    (16384, 784, 256, False, False, None),   # tiles enough
+    (8192, 16, 64, False, False, None),   # K short
+    (65536, 16, 64, True, False, None),   # A^T B^T: not a reshape of its K axis
+    (16411, 16, 16, False, False, None),  # a prime K
 ])
-def test_a_long_k_weight_gradient_becomes_a_stack_of_gemms_and_their_sum(k, m, n, trans_b, stacks):
-    a = gc.placeholder("a", (k, m))
+def test_a_long_k_weight_gradient_becomes_a_stack_of_gemms_and_their_sum(k, m, n, trans_b, placeholder, stacks):
+    x = gc.placeholder("x", (k, m))
+    a = x if placeholder else gc.tanh(x)
     b = gc.placeholder("b", (n, k) if trans_b else (k, n))
     c = gc.matmul(a, b, trans_a=True, trans_b=trans_b)
     (expanded,) = expand([c])
     if stacks is None:
-        assert expanded is c and split_matmul(c, a, b) is None
+        assert expanded.op == "matmul" and expanded.inputs[1] is b and split_matmul(c, a, b) is None
         return
     (part,) = [x for x in gc.topological_order([expanded]) if x.op == "matmul"]
     assert expanded.op == "reduce_sum" and part.shape == (stacks, m, n) and expanded.name == c.name
     r = np.random.RandomState(1)
-    av, bv = r.uniform(-1, 1, a.shape).astype(np.float32), r.uniform(-1, 1, b.shape).astype(np.float32)
-    np.testing.assert_allclose(gc.NumpyExecutor([expanded]).run({a: av, b: bv})[0],
-                               av.astype(np.float64).T @ bv, rtol=1e-4, atol=1e-3)
+    xv, bv = r.uniform(-1, 1, x.shape).astype(np.float32), r.uniform(-1, 1, b.shape).astype(np.float32)
+    np.testing.assert_allclose(gc.NumpyExecutor([expanded]).run({x: xv, b: bv})[0],
+                               np.tanh(xv.astype(np.float64)).T @ bv, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -513,3 +516,33 @@ def test_a_global_reduction_runs_on_at_most_global_blocks():
     (kernel,) = compile_program([gc.reduce_sum(x * x)], "cuda").kernels["eval"]
     (segment,) = kernel.values["segments"]
     assert segment["slices"] == 65536 and segment["blocks"] == GLOBAL_BLOCKS == 2048
+
+
+def test_an_outer_reduction_still_long_on_few_blocks_is_split_again():
+    """(2^20, 32, 4) over (0, 1): the inner over the 32, then 4 columns of 2^20 (one block) split again."""
+    x = gc.placeholder("x", (1 << 20, 32, 4))
+    (expanded,) = expand([gc.reduce_sum(x, (0, 1))])
+    sums = [n for n in gc.topological_order([expanded]) if n.op == "reduce_sum"]
+    assert [(n.inputs[0].shape, n.attrs["axes"]) for n in sums] == [
+        ((1 << 20, 32, 4), (1,)), ((1024, 1024, 4), (1,)), ((1024, 4), (0,))]
+    assert expanded.name == "reduce_sum_" + expanded.name.split("_")[-1] or expanded.shape == (4,)
+
+
+def test_a_splits_view_is_no_second_copy_and_its_names_are_the_reductions():
+    """The view a split puts before a long axis stays a view of its input's buffer (as a group member it was
+    written beside it: a softmax over (4, 2^20) held two copies of x * 2 and of its exp), and the nodes the
+    splits make are named after what they split, so one process's two builds give one source (QA)."""
+    def program():
+        x = gc.placeholder("x", (4, 1 << 20))
+        scaled = x * 2.0
+        scaled.name = "scaled"          # (a node the user makes is numbered by the process unless named)
+        out = gc.softmax(scaled, 1)
+        out.name = "probabilities"
+        return [out]
+    graphs, groups = fuse({"eval": simplify(program())})
+    written = [w for g in groups for w in g.outputs]
+    assert not [w for w in written if w.op == "reshape" and w.attrs.get("view")]
+    views = [n for n in gc.topological_order(graphs["eval"]) if n.op == "reshape" and n.attrs.get("view")]
+    assert views and all(n.name.endswith("_view") for n in views)
+    strip = lambda src: re.sub(r"\n\s*\n", "\n", re.sub(r"//.*", "", src))   # noqa: E731
+    assert strip(compile_program(program(), "cuda").source) == strip(compile_program(program(), "cuda").source)

@@ -1048,7 +1048,7 @@ def test_the_source_does_not_depend_on_the_nodes_made_before(target, monkeypatch
 
     sources = set()
     for first in (0, 2):   # reduce_sum_8 / reduce_sum_10 or reduce_sum_10 / reduce_sum_12
-        monkeypatch.setattr(graph, "_ids", itertools.count(first))
+        monkeypatch.setattr(graph, "NODE_IDS", itertools.count(first))
         source = compile_program(program(), target, "m").source
         sources.add(re.sub(r"[ ]+", " ", re.sub(r"_\d+", "_N", source)))
     assert len(sources) == 1

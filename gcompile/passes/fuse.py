@@ -9,9 +9,9 @@ Steps:
 1. expand: softmax, log_softmax and softmax_cross_entropy become reductions and elementwise ops, and
    relu_grad(x, g) reads relu(x) where the graph has it (x > 0 exactly where relu(x) > 0), so the
    pre-activation stays internal to the forward GEMM's epilogue. `simplify` then merges the copies (the
-   loss and its gradient share one max and one sum). A reduction over slices of LONG_SLICE elements or
-   more that would run on fewer than FEW_BLOCKS blocks (an MSE over a whole output, a bias gradient at a
-   large batch) becomes two, over many shorter slices (`split_reduction`): a block's slices are its work.
+   loss and its gradient share one max and one sum). A reduction that would run on fewer than FEW_BLOCKS
+   blocks of SPLIT_WORK elements or more each (an MSE over a whole output, a bias gradient at a large
+   batch) becomes two, over many shorter slices (`split_reduction`): a block's slices are its work.
    So does a GEMM A^T B over a long K with few tiles (a weight gradient at a large batch: `split_matmul`,
    a stack of GEMMs over parts of K and their sum).
 2. group (vertical fusion), greedily in a topological order: a fusable node joins the group of an input,
@@ -346,7 +346,8 @@ def epilogue_candidate(g: Group) -> bool:
 
 
 def fusable(n: Node) -> bool:
-    return n.op in REDUCTIONS or n.op in MAPS or isinstance(get_op(n.op), Elementwise)
+    """Whether n may join a group: not a split's view (split_view), which stays a view of its input's buffer."""
+    return (n.op in REDUCTIONS or n.op in MAPS or isinstance(get_op(n.op), Elementwise)) and not n.attrs.get("view")
 
 
 def fuse(graphs: dict[str, list[Node]]) -> tuple[dict[str, list[Node]], list[Group]]:
@@ -570,30 +571,38 @@ EXPANSIONS = {"softmax": expand_softmax, "log_softmax": expand_log_softmax,
               "softmax_cross_entropy": expand_softmax_cross_entropy}
 
 
-# A reduction whose slices are at least LONG_SLICE elements long and would run on fewer than FEW_BLOCKS
-# blocks is split in two (split_reduction): a kernel's block takes one long contiguous slice, or 8 strided
-# ones side by side (lower.threads), however long, and the cpu's thread one slice — an MSE over a
-# (4096, 1024) output was one block reading 32 MB, a bias gradient at batch 65536 with 64 columns 8 blocks.
-LONG_SLICE = 1 << 15
+# A reduction whose blocks would be few (FEW_BLOCKS) and each take SPLIT_WORK elements or more is split in
+# two (split_reduction): a kernel's block takes one long contiguous slice, or 8 strided ones side by side
+# (lower.threads), however long, and the cpu's thread one slice — an MSE over a (4096, 1024) output was one
+# block reading 32 MB, a bias gradient at batch 65536 with 64 columns 8 blocks of 512K elements. Below
+# SPLIT_WORK a block's slices cost less than the kernel the split adds (a softmax over (4, 40000): 4 blocks).
+SPLIT_WORK = 1 << 18
 FEW_BLOCKS = 128
-SPLIT_MIN = 32          # the inner reduction's slices are at least this long
+LONG_SLICE = 1 << 15    # the inner reduction's slices are shorter
+SPLIT_MIN = 32          # and at least this long
+
+
+def split_view(x: Node, shape) -> Node:
+    """reshape(x, shape) that stays a view of x's buffer: a split's, kept out of groups (fusable), where as a
+    member it was written to a buffer of its own beside x's (a second copy of x)."""
+    return Node("reshape", (x,), {"shape": tuple(shape), "view": True}, name=f"{x.name}_view")
 
 
 def split_reduction(n: Node, x: Node) -> Node | None:
     """n = reduce(x) over long slices on few blocks as two reductions, or None where it stays one: the inner
     over the trailing reduced axes whose slices are SPLIT_MIN to LONG_SLICE long (many of them), then the
-    outer over the rest. Where no trailing axes are, the reduced axis at which the trailing length reaches
-    LONG_SLICE is first reshaped into two, (n / d, d), the inner taking d and the axes after it, about
-    sqrt(the slice's length) in all (d a divisor of n: where none fits, not split). A reduction over every
-    axis so becomes a per-slice reduction and a global one: one kernel on as many blocks as the slices need.
-    Sums and maxima keep their values up to the order of the sums; a mean of means is the mean (every inner
-    slice has the same count), for floats only (an integer mean truncates)."""
+    outer over the rest (split again where it is long on few blocks itself). Where no trailing axes are, the
+    reduced axis at which the trailing length reaches LONG_SLICE is first reshaped into two (split_view),
+    (m / d, d), the inner taking d and the axes after it, d * (their length) at least SPLIT_MIN and about
+    sqrt(the slice's length) (d a divisor of m: where none fits, not split). A reduction over every axis so
+    becomes a per-slice reduction and a global one: one kernel on as many blocks as the slices need. Sums
+    and maxima keep their values up to the order of the sums; a mean of means is the mean (every inner slice
+    has the same count), for floats only (an integer mean truncates). The new nodes are named after n."""
     axes, keep = tuple(n.attrs["axes"]), n.attrs["keepdims"]
     length = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    if length < LONG_SLICE:
-        return None
-    strided = x.ndim - 1 not in axes      # the innermost axis kept: 8 slices a block
-    if (x.size // length) // (8 if strided else 1) >= FEW_BLOCKS:
+    slices = x.size // max(length, 1)
+    per = min(8, slices) if x.ndim - 1 not in axes else 1     # the innermost axis kept: 8 slices a block
+    if length * per < SPLIT_WORK or slices // per >= FEW_BLOCKS:
         return None
     if n.op == "reduce_mean" and x.dtype not in G.FLOAT_DTYPES:
         return None
@@ -602,20 +611,26 @@ def split_reduction(n: Node, x: Node) -> Node | None:
     trailing = [int(np.prod(sizes[k:], dtype=np.int64)) for k in range(len(axes))]   # of axes[k:]
     cut = next((k for k in range(1, len(axes)) if SPLIT_MIN <= trailing[k] < LONG_SLICE), None)
     if cut is None:     # no such axes: the reduced axis where the trailing length reaches LONG_SLICE is cut in two
-        k = max(k for k in range(len(axes)) if trailing[k] >= LONG_SLICE)
+        k = max((k for k in range(len(axes)) if trailing[k] >= LONG_SLICE), default=0)
         a, rest = axes[k], trailing[k] // sizes[k]            # the axis and the length of the axes after it
         top = min(math.isqrt(trailing[k]), LONG_SLICE - 1) // rest
         d = next((d for d in range(min(top, sizes[k] - 1), 1, -1) if sizes[k] % d == 0 and d * rest >= SPLIT_MIN),
                  None)
         if d is None:
             return None
-        x = G.reshape(x, x.shape[:a] + (sizes[k] // d, d) + x.shape[a + 1:])
+        x = split_view(x, x.shape[:a] + (sizes[k] // d, d) + x.shape[a + 1:])
         axes, cut = axes[:k] + (a, a + 1) + tuple(b + 1 for b in axes[k + 1:]), k + 1
     inner = reduce(x, axes[cut:], keepdims=keep)
+    inner.name = f"{n.name}_inner"
     # kept, the inner axes are 1s the outer reduces too (a reduction over every axis of the inner values is
     # what fuse makes a global one); dropped, they come after every outer axis, whose indices stay the same
     outer = reduce(inner, axes if keep else axes[:cut], keepdims=keep)
-    return outer if outer.shape == n.shape else G.reshape(outer, n.shape)
+    outer.name = f"{n.name}_outer"
+    outer = split_reduction(outer, inner) or outer
+    if outer.shape != n.shape:
+        outer = G.reshape(outer, n.shape)
+        outer.name = f"{n.name}_shaped"
+    return outer
 
 
 # A GEMM A^T B over K of LONG_K or more (a weight gradient at a large batch, K the batch) whose tiles are few
@@ -626,12 +641,14 @@ STACK_BLOCKS = 256      # about what the stack's tiles come to (64 x 64 tiles)
 
 
 def split_matmul(n: Node, a: Node, b: Node) -> Node | None:
-    """C = A^T B (A (K, M), B (K, N): their K axes lead, so a reshape makes the stack) over a long K with
-    fewer than FEW_BLOCKS blocks at split 8, as reduce_sum(A_s^T B_s over s): S stacked GEMMs over K / S,
-    S a divisor of K near STACK_BLOCKS / (the tiles of C), at least 2 and K / S at least 256; or None (other
-    transposes, stacks, short K, no such divisor). The sum over s is a short reduction per element of C
-    (S of them), which takes the epilogue's work (an SGD update) with it."""
-    if a.ndim != 2 or b.ndim != 2 or not n.attrs["trans_a"] or n.attrs["trans_b"]:
+    """C = A^T B (A (K, M), B (K, N): their K axes lead, so a view makes the stack) over a long K with fewer
+    than FEW_BLOCKS blocks at split 8, as reduce_sum(A_s^T B_s over s): S stacked GEMMs over K / S, S a
+    divisor of K near STACK_BLOCKS / (the tiles of C), at least 2 and K / S at least 256; or None (other
+    transposes, stacks, short K, no such divisor, and A a placeholder: the trainer reads the image input in
+    place only as a plain GEMM's A, plan_memory.batch_rows, and would gather it into a buffer instead). The sum
+    over s is a short reduction per element of C (S of them), which takes the epilogue's work (an SGD update)
+    with it."""
+    if a.ndim != 2 or b.ndim != 2 or not n.attrs["trans_a"] or n.attrs["trans_b"] or a.op == "placeholder":
         return None
     (k, m), cols = a.shape, b.shape[1]
     tiles = math.ceil(m / 64) * math.ceil(cols / 64)
@@ -642,7 +659,8 @@ def split_matmul(n: Node, a: Node, b: Node) -> Node | None:
     if not stacks:
         return None
     s = min(stacks, key=lambda s: (abs(s - want), s))
-    part = G.matmul(G.reshape(a, (s, k // s, m)), G.reshape(b, (s, k // s, cols)), trans_a=True)
+    part = G.matmul(split_view(a, (s, k // s, m)), split_view(b, (s, k // s, cols)), trans_a=True)
+    part.name = f"{n.name}_stack"
     return G.reduce_sum(part, 0)
 
 
@@ -653,8 +671,12 @@ def expand(outputs: list[Node]) -> list[Node]:
     for n in order:
         inputs = tuple(new[i] for i in n.inputs)
         if n.op in EXPANSIONS:
-            with G.phase(n.phase):   # (the nodes an expansion makes are of the phase of what they expand)
+            first = next(G.NODE_IDS)   # (the nodes the expansion makes come after it)
+            with G.phase(n.phase):     # (the nodes an expansion makes are of the phase of what they expand)
                 m = EXPANSIONS[n.op](n, *inputs)
+            made = [x for x in G.topological_order([m]) if x.id > first]
+            for k, x in enumerate(made):    # named after what they expand, not the process's node count
+                x.name = f"{n.name}_{x.op}_{k}"
             m.name = n.name
         elif n.op == "relu_grad" and n.inputs[0] in activated:
             with G.phase(n.phase):
