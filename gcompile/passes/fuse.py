@@ -638,17 +638,22 @@ def split_reduction(n: Node, x: Node) -> Node | None:
 # makes it a stack of GEMMs over K / S each and their sum.
 LONG_K = 1 << 14
 STACK_BLOCKS = 256      # about what the stack's tiles come to (64 x 64 tiles)
+GATHERED_MAX = 16 << 20   # an image input A of more bytes is not stacked: the trainer would gather it (below)
 
 
 def split_matmul(n: Node, a: Node, b: Node) -> Node | None:
     """C = A^T B (A (K, M), B (K, N): their K axes lead, so a view makes the stack) over a long K with fewer
     than FEW_BLOCKS blocks at split 8, as reduce_sum(A_s^T B_s over s): S stacked GEMMs over K / S, S a
     divisor of K near STACK_BLOCKS / (the tiles of C), at least 2 and K / S at least 256; or None (other
-    transposes, stacks, short K, no such divisor, and A a placeholder: the trainer reads the image input in
-    place only as a plain GEMM's A, plan_memory.batch_rows, and would gather it into a buffer instead). The sum
+    transposes, stacks, short K, no such divisor, and A an image input of more than GATHERED_MAX bytes: the
+    trainer reads the image input in place only as a plain GEMM's A, plan_memory.batch_rows, and gathers it
+    into a buffer of the arena otherwise — a regression's (65536, 16) x, 4 MB, pays for its stack; logistic
+    regression's (20000, 784), 63 MB, would not). The sum
     over s is a short reduction per element of C (S of them), which takes the epilogue's work (an SGD update)
     with it."""
-    if a.ndim != 2 or b.ndim != 2 or not n.attrs["trans_a"] or n.attrs["trans_b"] or a.op == "placeholder":
+    if a.ndim != 2 or b.ndim != 2 or not n.attrs["trans_a"] or n.attrs["trans_b"]:
+        return None
+    if a.op == "placeholder" and a.nbytes > GATHERED_MAX:
         return None
     (k, m), cols = a.shape, b.shape[1]
     tiles = math.ceil(m / 64) * math.ceil(cols / 64)
