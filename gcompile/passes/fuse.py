@@ -648,9 +648,8 @@ def split_matmul(n: Node, a: Node, b: Node) -> Node | None:
     transposes, stacks, short K, no such divisor, and A an image input of more than GATHERED_MAX bytes: the
     trainer reads the image input in place only as a plain GEMM's A, plan_memory.batch_rows, and gathers it
     into a buffer of the arena otherwise — a regression's (65536, 16) x, 4 MB, pays for its stack; logistic
-    regression's (20000, 784), 63 MB, would not). The sum
-    over s is a short reduction per element of C (S of them), which takes the epilogue's work (an SGD update)
-    with it."""
+    regression's (20000, 784), 63 MB, would not). The sum over s is a short reduction per element of C (S of
+    them), which takes the epilogue's work (an SGD update) with it."""
     if a.ndim != 2 or b.ndim != 2 or not n.attrs["trans_a"] or n.attrs["trans_b"]:
         return None
     if a.op == "placeholder" and a.nbytes > GATHERED_MAX:
