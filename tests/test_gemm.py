@@ -596,6 +596,23 @@ def test_float64_gemms_get_tiles_whose_doubles_fit_in_shared_memory(tmp_path):
     assert open(artifact.library, "rb").read(4) == b"\x7fELF"
 
 
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("a_shape, b_shape", [((256, 256), (256, 256)), ((3, 160, 256), (3, 272, 256)),
+                                              ((3, 160, 256), (272, 256))], ids=["2-D", "stacks", "shared B"])
+def test_cpu_gemms_of_a_transposed_b_read_it_as_rows(trans_a, a_shape, b_shape):
+    """B (N, K) of 16 rows or more in a GEMM of 2^24 multiply-adds or more is copied to (K, N) rows first
+    (gc_gemm_cpu_bt): its dot products re-read all of B for every row of C (A^T B^T 20 times slower)."""
+    r = np.random.RandomState(4)
+    if trans_a:
+        a_shape = a_shape[:-2] + a_shape[-2:][::-1]
+    a, b = gc.placeholder("a", a_shape), gc.placeholder("b", b_shape)
+    av, bv = r.uniform(-1, 1, a_shape).astype(np.float32), r.uniform(-1, 1, b_shape).astype(np.float32)
+    (got,) = gc.Executor([gc.matmul(a, b, trans_a=trans_a, trans_b=True)], target="cpu").run({a: av, b: bv})
+    want = np.swapaxes(av, -1, -2).astype(np.float64) @ np.swapaxes(bv, -1, -2) if trans_a else \
+        av.astype(np.float64) @ np.swapaxes(bv, -1, -2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_which_tiles_read_float_rows_only():
     """Rows read in place: the fp32 pipelined and the tf32 wgmma kernels copy them into shared memory as they
     lie (float only, GC_X_FLOAT); the register-staged kernel and the mma.sync pipeline convert uint8 ones, and
