@@ -67,14 +67,19 @@ def shown(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def converted(value, dtype: str, what: str) -> np.ndarray:
-    """value (a number, sequence or array) as an array of `dtype`, refused where that would change it: a
-    fraction, NaN or an infinity into an integer type, a number out of the type's range (a finite float that
-    would become inf), anything that is not a real number. Floats round to a float type's precision."""
+def converted(value, dtype: str | None, what: str) -> np.ndarray:
+    """value (a number, sequence or array) as an array of `dtype` (None: int32 for integers and booleans,
+    float32 otherwise), refused where that would change it: a fraction, NaN or an infinity into an integer
+    type, a number out of the type's range (a finite float that would become inf), anything that is not a real
+    number. Floats round to a float type's precision."""
+    if dtype is not None:
+        dtype = canonical_dtype(dtype)
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError, OverflowError) as e:
         raise ShapeError(f"{what}: {shown(value)} is not an array of numbers ({e})") from None
+    if dtype is None:
+        dtype = "int32" if arr.dtype.kind in "iub" else "float32"
     target = np.dtype(dtype)
     if arr.dtype == object and arr.size and all(isinstance(v, int) for v in arr.flat):   # ints beyond 64 bits
         if target.kind != "f":
@@ -231,13 +236,7 @@ def constant(value, dtype=None, name: str | None = None, what: str = "constant")
     """A value fixed at compile time (without `dtype`: int32 for integers and booleans, float32 otherwise),
     refused where the dtype cannot hold it (`converted`). Scalars are emitted as literals; arrays as
     initialized data."""
-    if dtype is None:
-        try:
-            kind = np.asarray(value).dtype.kind
-        except (TypeError, ValueError, OverflowError):
-            kind = "f"                   # (converted says what is wrong with it)
-        dtype = "int32" if kind in "iub" else "float32"
-    return Node("constant", (), {"value": converted(value, canonical_dtype(dtype), what)}, name=name)
+    return Node("constant", (), {"value": converted(value, dtype, what)}, name=name)
 
 
 def as_node(value, like: Node | None = None, what: str = "constant") -> Node:
