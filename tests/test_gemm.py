@@ -596,21 +596,38 @@ def test_float64_gemms_get_tiles_whose_doubles_fit_in_shared_memory(tmp_path):
     assert open(artifact.library, "rb").read(4) == b"\x7fELF"
 
 
+def k_order_product(a, b):
+    """float32 op(a) @ op(b) as the cpu GEMM computes it: each output's double sum in k order, rounded once."""
+    acc = np.zeros(a.shape[:-1] + b.shape[-1:])
+    for k in range(a.shape[-1]):
+        acc += a[..., :, k:k + 1].astype(np.float64) * b[..., k:k + 1, :].astype(np.float64)
+    return acc.astype(np.float32)
+
+
 @pytest.mark.parametrize("trans_a", [False, True])
-@pytest.mark.parametrize("a_shape, b_shape", [((256, 256), (256, 256)), ((3, 160, 256), (3, 272, 256)),
-                                              ((3, 160, 256), (272, 256))], ids=["2-D", "stacks", "shared B"])
-def test_cpu_gemms_of_a_transposed_b_read_it_as_rows(trans_a, a_shape, b_shape):
-    """B (N, K) of 16 rows or more in a GEMM of 2^24 multiply-adds or more is copied to (K, N) rows first
-    (gc_gemm_cpu_bt): its dot products re-read all of B for every row of C (A^T B^T 20 times slower)."""
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((130, 600), (600, 300)),    # k blocks carried in double, two chunks of panels, partial tiles and panels
+    ((7, 900), (900, 40)),       # few row tiles: the panels shared out, the rows packed once
+    ((700, 300), (300, 3)),      # fewer columns than a panel: rows along N, the vectors along M
+    ((1, 500), (500, 70)),       # a vector times a matrix
+    ((3, 40, 300), (3, 300, 50)),  # a stack, each entry its own B
+    ((3, 40, 300), (300, 50)),   # a stack sharing B
+], ids=["blocks", "few-tiles", "swapped", "vector", "stacks", "shared-B"])
+def test_cpu_gemm_gives_the_bits_of_the_k_loop_whatever_its_blocking(trans_a, trans_b, a_shape, b_shape):
+    """The cpu GEMM (runtime/gc_kernels_cpu.h) packs panels and tiles of its operands and carries sums between
+    k blocks: every output must still be the double sum of its products in k order, rounded once — the same
+    bits as the plain loop, whatever the shape's path (and so whatever the thread count)."""
     r = np.random.RandomState(4)
-    if trans_a:
-        a_shape = a_shape[:-2] + a_shape[-2:][::-1]
-    a, b = gc.placeholder("a", a_shape), gc.placeholder("b", b_shape)
     av, bv = r.uniform(-1, 1, a_shape).astype(np.float32), r.uniform(-1, 1, b_shape).astype(np.float32)
-    (got,) = gc.Executor([gc.matmul(a, b, trans_a=trans_a, trans_b=True)], target="cpu").run({a: av, b: bv})
-    want = np.swapaxes(av, -1, -2).astype(np.float64) @ np.swapaxes(bv, -1, -2) if trans_a else \
-        av.astype(np.float64) @ np.swapaxes(bv, -1, -2)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    stored_a = np.ascontiguousarray(np.swapaxes(av, -1, -2)) if trans_a else av
+    stored_b = np.ascontiguousarray(np.swapaxes(bv, -1, -2)) if trans_b else bv
+    a, b = gc.placeholder("a", stored_a.shape), gc.placeholder("b", stored_b.shape)
+    (got,) = gc.Executor([gc.matmul(a, b, trans_a=trans_a, trans_b=trans_b)], target="cpu").run(
+        {a: stored_a, b: stored_b})
+    want = k_order_product(av, bv)
+    assert got.shape == want.shape and np.array_equal(got, want), \
+        f"{int((got != want).sum())} of {want.size} outputs differ from the k-order sums"
 
 
 def test_which_tiles_read_float_rows_only():
