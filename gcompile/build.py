@@ -130,7 +130,31 @@ def compile_flags(target: str, arch: str | None, cudart: str = "static",
         checks = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all"]
         return compiler, ["-O1", "-g", "-fno-omit-frame-pointer", *checks, "-std=c++17", "-fopenmp", "-fPIC",
                           "-fvisibility=hidden"], ["-fopenmp", *checks]
-    return compiler, ["-O3", "-std=c++17", "-fopenmp", "-fPIC", "-fvisibility=hidden"], ["-fopenmp"]
+    # the machine's own processor (its vectors: the GEMM's register tile, runtime/gc_kernels_cpu.h); no fused
+    # multiply-adds, which -march=native allows gcc to form (a * b + c rounded once, where numpy, the reference,
+    # rounds twice): the results are the bits of a build without -march
+    native = ["-march=native", "-ffp-contract=off"] if native_target(compiler) else []
+    return compiler, ["-O3", *native, "-std=c++17", "-fopenmp", "-fPIC", "-fvisibility=hidden"], ["-fopenmp"]
+
+
+@functools.lru_cache(maxsize=None)
+def native_target(compiler: str) -> str | None:
+    """What -march=native means to `compiler` on this machine — the front end's command line that `-v` prints,
+    with the processor and its instruction sets (gcc: -march=znver3 -mavx2 ...; clang: -target-cpu znver3) —
+    or None when the compiler does not take -march=native. The cpu target is built for the processor it runs
+    on: its vector width sets the GEMM's register tile (runtime/gc_kernels_cpu.h). The line is part of the
+    build's key (build_settings), so a build folder or cache shared with a machine of another processor is
+    rebuilt there, not reused."""
+    try:
+        out = subprocess.run([compiler, "-march=native", "-x", "c++", "-E", "-v", os.devnull, "-o", os.devnull],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    lines = [line.strip() for line in out.stderr.splitlines()
+             if ("-march=" in line and "-march=native" not in line) or "-target-cpu" in line]
+    return lines[0] if lines else "-march=native"
 
 
 def cuda_includes(nvcc: str) -> tuple[str, ...] | None:
@@ -226,7 +250,8 @@ def build_settings(target: str, compiler: str, flags: list[str], link_flags: lis
     program's fingerprint takes them for one kernels part: how many there are follows from the program.)"""
     parts = part_commands(target, compiler, flags, kernel_parts)
     versions = [compiler_version(c) for c in dict.fromkeys([compiler] + [p[0] for p in parts])]
-    return [" ".join(p) for p in parts] + [" ".join([compiler, *link_flags]), *versions]
+    native = [native_target(compiler) or ""] if "-march=native" in flags else []
+    return [" ".join(p) for p in parts] + [" ".join([compiler, *link_flags]), *versions, *native]
 
 
 def write_if_changed(path: Path, data: bytes) -> None:

@@ -426,3 +426,23 @@ def test_names_the_generated_code_holds_are_escaped(tmp_path):
     for bad in ("w\n1", "w\x001", "w\x7f"):
         with pytest.raises(gc.GCompileError, match="must be a string without control characters"):
             gc.variable(bad, init=np.zeros(2, np.float32))
+
+
+def test_cpu_builds_are_for_this_processor_and_keyed_by_it(tmp_path, monkeypatch):
+    """The cpu target is compiled with -march=native where the compiler takes it, and what that means on this
+    machine (the front end's -march=... line) is part of the build's key: a build folder shared with a machine
+    of another processor is rebuilt there. A compiler that refuses -march=native builds without it."""
+    compiler, flags, _ = build.compile_flags("cpu", None)
+    native = build.native_target(compiler)
+    if native is None:
+        pytest.skip(f"{compiler} does not take -march=native")
+    assert "-march=native" in flags and re.search(r"-march=(?!native)|-target-cpu", native)
+    assert build.build_settings("cpu", compiler, flags, ["-fopenmp"])[-1] == native
+    # a compiler that refuses the flag (a script that fails for it and runs c++ otherwise)
+    fake = tmp_path / "old-c++"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -march=native ] && exit 1; done\nexec c++ "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    compiler, flags, _ = build.compile_flags("cpu", None)
+    assert compiler == str(fake) and "-march=native" not in flags and build.native_target(str(fake)) is None
+    assert native not in build.build_settings("cpu", compiler, flags, ["-fopenmp"])
