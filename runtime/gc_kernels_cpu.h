@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <type_traits>
 #include <pthread.h>
 #include <vector>
@@ -121,8 +122,8 @@ __attribute__((noinline)) static void gc_cpu_tile(const double* rows, const gc_c
 typedef void (*gc_cpu_store)(const void* ctx, int b, int i, int j0, int n, const double* sums);
 
 // rows_of (b, i, k) and cols_of (b, j, k): the operands; cols_shared: one cols operand for every batch entry
-static void gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_operand& rows_of,
-                           const gc_cpu_operand& cols_of, bool cols_shared, gc_cpu_store store, const void* ctx) {
+static int gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_operand& rows_of,
+                          const gc_cpu_operand& cols_of, bool cols_shared, gc_cpu_store store, const void* ctx) {
     const int panels = (cols + GC_CPU_NR - 1) / GC_CPU_NR, tiles = (rows + GC_CPU_MR - 1) / GC_CPU_MR;
     // each batch entry in turn when each has its own cols operand (its panels), else all at once
     const int rounds = cols_shared ? 1 : batch, in_round = cols_shared ? batch : 1;
@@ -141,12 +142,22 @@ static void gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_op
         return (int)std::min<long long>(K, std::max<long long>(256, GC_CPU_BLOCK_BYTES / per_k));
     };
     const int kc_most = k_block(1);   // the longest k block
-    std::vector<gc_cpu_vd> packed((size_t)chunk * std::min(K, kc_most) * 2);
-    std::vector<double> part(K > k_block(chunk) ? (size_t)in_round * rows * cols : 0);
-    std::vector<double> shared_rows(few ? (size_t)in_round * tiles * kc_most * GC_CPU_MR : 0);
+    // the packed panels, the sums carried between k blocks, the rows (shared, or each thread's own): all
+    // allocated here, so that a failed allocation is an error returned, not an exception in the threads
+    std::vector<gc_cpu_vd> packed;
+    std::vector<double> part, shared_rows, own;
+    try {
+        packed.resize((size_t)chunk * std::min(K, kc_most) * 2);
+        part.resize(K > k_block(chunk) ? (size_t)in_round * rows * cols : 0);
+        shared_rows.resize(few ? (size_t)in_round * tiles * kc_most * GC_CPU_MR : 0);
+        own.resize(few ? 0 : (size_t)threads * kc_most * GC_CPU_MR);
+    } catch (const std::exception&) {   // bad_alloc, or length_error past what a vector can hold
+        return gc_fail(GC_ERR_MEMORY, "gc_gemm: no memory for the cpu GEMM's packed operands and partial sums "
+                       "(%d x %d x %d, batch %d)", rows, cols, K, batch);
+    }
 #pragma omp parallel if (parallel)
     {
-        std::vector<double> own(few ? 0 : (size_t)kc_most * GC_CPU_MR);
+        double* mine = few ? NULL : own.data() + (size_t)omp_get_thread_num() * kc_most * GC_CPU_MR;
         for (int round = 0; round < rounds; round++)
             for (int p0 = 0; p0 < panels; p0 += chunk) {
                 const int np = std::min(chunk, panels - p0), kc = k_block(np);
@@ -176,9 +187,9 @@ static void gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_op
                         for (int t = 0; t < tiles; t++)
                             for (int g = 0; g < groups; g++) {
                                 const int b = round + e, i0 = t * GC_CPU_MR, n = std::min(GC_CPU_MR, rows - i0);
-                                const double* rp = own.data();
+                                const double* rp = mine;
                                 if (few) rp = shared_rows.data() + ((size_t)e * tiles + t) * kc * GC_CPU_MR;
-                                else gc_cpu_pack(rows_of, b, i0, n, GC_CPU_MR, k0, k1, own.data());
+                                else gc_cpu_pack(rows_of, b, i0, n, GC_CPU_MR, k0, k1, mine);
                                 double* carried = part.empty() ? NULL : part.data() + (size_t)e * rows * cols;
                                 for (int p = g * per_group; p < std::min(np, (g + 1) * per_group); p++) {
                                     const int j0 = (p0 + p) * GC_CPU_NR, m = std::min(GC_CPU_NR, cols - j0);
@@ -197,6 +208,7 @@ static void gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_op
                 }
             }
     }
+    return GC_OK;
 }
 
 // C[b] (M x N) = op(A[b]) op(B[b]) through the epilogue, A given as an operand of (b, m, k)
@@ -226,9 +238,9 @@ static int gc_gemm_cpu(const gc_cpu_operand& A, const T* B, T* C, int M, int N, 
     // at compile time where the tile is specialized for the shape (one store compiled), else at run time
     constexpr int way = !(Tile::SM && Tile::SN) ? 0 : Tile::SN < GC_CPU_NR && Tile::SM > Tile::SN ? 1 : 2;
     if (way == 0 ? N < GC_CPU_NR && M > N : way == 1) {
-        if constexpr (way != 2) gc_cpu_blocked(batch, N, M, K, Bn, A, A.sb == 0, out::cols, &o);
+        if constexpr (way != 2) return gc_cpu_blocked(batch, N, M, K, Bn, A, A.sb == 0, out::cols, &o);
     } else {
-        if constexpr (way != 1) gc_cpu_blocked(batch, M, N, K, A, Bn, sb == 0, out::rows, &o);
+        if constexpr (way != 1) return gc_cpu_blocked(batch, M, N, K, A, Bn, sb == 0, out::rows, &o);
     }
     return GC_OK;
 }
