@@ -139,9 +139,9 @@ def compile_flags(target: str, arch: str | None, cudart: str = "static",
 
 @functools.lru_cache(maxsize=None)
 def native_target(compiler: str) -> str | None:
-    """What -march=native means to `compiler` on this machine — the front end's command line that `-v` prints,
-    with the processor and its instruction sets (gcc: -march=znver3 -mavx2 ...; clang: -target-cpu znver3) —
-    or None when the compiler does not take -march=native. The cpu target is built for the processor it runs
+    """What -march=native means to `compiler` on this machine — the processor and its instruction sets from
+    the front end's command line that `-v` prints (gcc: -march=znver3 -mavx2 ... --param l2-cache-size=1024;
+    clang: -target-cpu znver3 -target-feature +avx2 ...) — or None when the compiler does not take -march=native. The cpu target is built for the processor it runs
     on: its vector width sets the GEMM's register tile (runtime/gc_kernels_cpu.h). The line is part of the
     build's key (build_settings), so a build folder or cache shared with a machine of another processor is
     rebuilt there, not reused."""
@@ -152,9 +152,20 @@ def native_target(compiler: str) -> str | None:
         return None
     if out.returncode != 0:
         return None
-    lines = [line.strip() for line in out.stderr.splitlines()
+    lines = [line for line in out.stderr.splitlines()
              if ("-march=" in line and "-march=native" not in line) or "-target-cpu" in line]
-    return lines[0] if lines else "-march=native"
+    if not lines:
+        return "-march=native"
+    # the processor's options only: the line also names paths (clang's -fdebug-compilation-dir is the working
+    # directory), which would make the key differ from one directory to the next
+    try:
+        words = shlex.split(lines[0])
+    except ValueError:
+        words = lines[0].split()
+    kept = [w for i, w in enumerate(words)
+            if w.startswith("-m") or w in ("--param", "-target-cpu", "-target-feature", "-tune-cpu")
+            or (i and words[i - 1] in ("--param", "-target-cpu", "-target-feature", "-tune-cpu"))]
+    return " ".join(kept) or "-march=native"
 
 
 def cuda_includes(nvcc: str) -> tuple[str, ...] | None:

@@ -79,8 +79,17 @@ template <typename S, bool Indexed>
 GC_CPU_SCALAR static void gc_cpu_pack_runs(const gc_cpu_operand& o, int b, int i0, int n, int w, int k0, int k1,
                                            double* to) {
     const S* v = (const S*)o.values + b * o.sb;
-    for (int r = 0; r < w; r++)
-        for (int k = k0; k < k1; k++) to[(size_t)(k - k0) * w + r] = r < n ? gc_cpu_at<S, Indexed>(o, v, i0 + r, k) : 0.0;
+    for (int r = 0; r < w; r++) {
+        if (r >= n) {
+            for (int k = k0; k < k1; k++) to[(size_t)(k - k0) * w + r] = 0.0;
+        } else if (Indexed && o.index_k) {   // (k contiguous and indexed: a one-row x^T)
+            for (int k = k0; k < k1; k++) to[(size_t)(k - k0) * w + r] = gc_cpu_at<S, Indexed>(o, v, i0 + r, k);
+        } else {   // the run of row i
+            const S* run = v + (Indexed ? (long long)o.index[i0 + r] : (long long)(i0 + r)) * o.si;
+            for (int k = k0; k < k1; k++)
+                to[(size_t)(k - k0) * w + r] = sizeof(S) == 1 ? (double)gc_pixel((unsigned)run[k], o.scale) : (double)run[k];
+        }
+    }
 }
 // else along i at each k
 template <typename S, bool Indexed>
@@ -142,13 +151,14 @@ static int gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_ope
         return (int)std::min<long long>(K, std::max<long long>(256, GC_CPU_BLOCK_BYTES / per_k));
     };
     const int kc_most = k_block(1);   // the longest k block
+    const int width = chunk * GC_CPU_NR;   // a chunk's columns: the sums carried between k blocks are theirs
     // the packed panels, the sums carried between k blocks, the rows (shared, or each thread's own): all
     // allocated here, so that a failed allocation is an error returned, not an exception in the threads
     std::vector<gc_cpu_vd> packed;
     std::vector<double> part, shared_rows, own;
     try {
         packed.resize((size_t)chunk * std::min(K, kc_most) * 2);
-        part.resize(K > k_block(chunk) ? (size_t)in_round * rows * cols : 0);
+        part.resize(K > k_block(chunk) ? (size_t)in_round * rows * width : 0);
         shared_rows.resize(few ? (size_t)in_round * tiles * kc_most * GC_CPU_MR : 0);
         own.resize(few ? 0 : (size_t)threads * kc_most * GC_CPU_MR);
     } catch (const std::exception&) {   // bad_alloc, or length_error past what a vector can hold
@@ -190,17 +200,19 @@ static int gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_ope
                                 const double* rp = mine;
                                 if (few) rp = shared_rows.data() + ((size_t)e * tiles + t) * kc * GC_CPU_MR;
                                 else gc_cpu_pack(rows_of, b, i0, n, GC_CPU_MR, k0, k1, mine);
-                                double* carried = part.empty() ? NULL : part.data() + (size_t)e * rows * cols;
+                                double* carried = part.empty() ? NULL : part.data() + (size_t)e * rows * width;
                                 for (int p = g * per_group; p < std::min(np, (g + 1) * per_group); p++) {
                                     const int j0 = (p0 + p) * GC_CPU_NR, m = std::min(GC_CPU_NR, cols - j0);
                                     double sums[GC_CPU_MR][GC_CPU_NR] = {};
                                     if (k0)
                                         for (int r = 0; r < n; r++)
-                                            memcpy(sums[r], carried + (size_t)(i0 + r) * cols + j0, m * sizeof(double));
+                                            memcpy(sums[r], carried + (size_t)(i0 + r) * width + p * GC_CPU_NR,
+                                                   m * sizeof(double));
                                     gc_cpu_tile(rp, packed.data() + (size_t)p * kc * 2, k1 - k0, sums);
                                     for (int r = 0; r < n; r++) {
                                         if (last) store(ctx, b, i0 + r, j0, m, sums[r]);
-                                        else memcpy(carried + (size_t)(i0 + r) * cols + j0, sums[r], m * sizeof(double));
+                                        else memcpy(carried + (size_t)(i0 + r) * width + p * GC_CPU_NR, sums[r],
+                                                    m * sizeof(double));
                                     }
                                 }
                             }
@@ -209,6 +221,39 @@ static int gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_ope
             }
     }
     return GC_OK;
+}
+
+// A small product (GC_CPU_SMALL multiply-adds or fewer an entry, N <= GC_CPU_SMALL_N), batched or not: the
+// plain loops, each row's sums in k order across the columns, the batch entries and rows shared out among the
+// threads — no packing and no barrier between entries (a stack of 200000 2 x 2 products ran 25-50 times slower
+// in the blocked product's rounds).
+constexpr int GC_CPU_SMALL = 4096, GC_CPU_SMALL_N = 256;
+static inline double gc_cpu_value(const gc_cpu_operand& o, int b, long long i, long long k) {
+    const bool indexed = o.index != NULL;
+    const long long at = b * o.sb;
+    if (o.type == 1) return gc_cpu_at<double, false>(o, (const double*)o.values + at, i, k);
+    if (o.type == 2) return indexed ? gc_cpu_at<uint8_t, true>(o, (const uint8_t*)o.values + at, i, k)
+                                    : gc_cpu_at<uint8_t, false>(o, (const uint8_t*)o.values + at, i, k);
+    return indexed ? gc_cpu_at<float, true>(o, (const float*)o.values + at, i, k)
+                   : gc_cpu_at<float, false>(o, (const float*)o.values + at, i, k);
+}
+template <typename S>
+static void gc_cpu_small(int batch, int rows, int cols, int K, const gc_cpu_operand& a, const gc_cpu_operand& b_of,
+                         gc_cpu_store store, const void* ctx) {
+    const bool parallel = GC_PARALLEL && (double)batch * rows * cols * K >= (1 << 20);
+#pragma omp parallel for schedule(static) collapse(2) if (parallel)
+    for (int b = 0; b < batch; b++)
+        for (int i = 0; i < rows; i++) {
+            double sums[GC_CPU_SMALL_N];
+            for (int j = 0; j < cols; j++) sums[j] = 0.0;
+            const S* v = (const S*)b_of.values + b * b_of.sb;
+            for (int k = 0; k < K; k++) {
+                const double x = gc_cpu_value(a, b, i, k);
+                const S* row = v + k * b_of.sk;
+                for (int j = 0; j < cols; j++) sums[j] += x * (double)row[j * b_of.si];
+            }
+            store(ctx, b, i, 0, cols, sums);
+        }
 }
 
 // C[b] (M x N) = op(A[b]) op(B[b]) through the epilogue, A given as an operand of (b, m, k)
@@ -234,6 +279,10 @@ static int gc_gemm_cpu(const gc_cpu_operand& A, const T* B, T* C, int M, int N, 
     const out o = {C, N, sc, ep};
     // B as an operand of (b, n, k)
     const gc_cpu_operand Bn = gc_cpu_matrix<T>(B, TB ? K : 1, TB ? 1 : N, sb);
+    if ((long long)M * N * K <= GC_CPU_SMALL && N <= GC_CPU_SMALL_N) {
+        gc_cpu_small<T>(batch, M, N, K, A, Bn, out::rows, &o);
+        return GC_OK;
+    }
     // rows along N and the vectors along M where there are fewer columns than a panel's and more rows; decided
     // at compile time where the tile is specialized for the shape (one store compiled), else at run time
     constexpr int way = !(Tile::SM && Tile::SN) ? 0 : Tile::SN < GC_CPU_NR && Tile::SM > Tile::SN ? 1 : 2;

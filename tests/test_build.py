@@ -446,3 +446,16 @@ def test_cpu_builds_are_for_this_processor_and_keyed_by_it(tmp_path, monkeypatch
     compiler, flags, _ = build.compile_flags("cpu", None)
     assert compiler == str(fake) and "-march=native" not in flags and build.native_target(str(fake)) is None
     assert native not in build.build_settings("cpu", compiler, flags, ["-fopenmp"])
+
+
+def test_the_build_key_takes_the_processor_options_not_the_paths_of_the_compilers_line(tmp_path):
+    """clang's front-end line (what native_target reads) names the working directory
+    (-fdebug-compilation-dir): the key keeps the processor's options only, or every directory would rebuild."""
+    fake = tmp_path / "clang-like"
+    fake.write_text('#!/bin/sh\necho \'clang version 14\' >&2\n'
+                    'echo \' "/usr/lib/llvm/bin/clang" "-cc1" "-triple" "x86_64-pc-linux-gnu" "-E" '
+                    '"-fdebug-compilation-dir=\'"$PWD"\'" "-target-cpu" "znver3" "-target-feature" "+avx2" '
+                    '"-target-feature" "-avx512f" "-tune-cpu" "generic" "-o" "/dev/null" "-x" "c++" "/dev/null"\' >&2\n')
+    fake.chmod(0o755)
+    assert build.native_target(str(fake)) == \
+        "-target-cpu znver3 -target-feature +avx2 -target-feature -avx512f -tune-cpu generic"

@@ -613,7 +613,8 @@ def k_order_product(a, b):
     ((1, 500), (500, 70)),       # a vector times a matrix
     ((3, 40, 300), (3, 300, 50)),  # a stack, each entry its own B
     ((3, 40, 300), (300, 50)),   # a stack sharing B
-], ids=["blocks", "few-tiles", "swapped", "vector", "stacks", "shared-B"])
+    ((64, 2, 5), (64, 5, 3)),    # small products: the plain loops
+], ids=["blocks", "few-tiles", "swapped", "vector", "stacks", "shared-B", "small"])
 def test_cpu_gemm_gives_the_bits_of_the_k_loop_whatever_its_blocking(trans_a, trans_b, a_shape, b_shape):
     """The cpu GEMM (runtime/gc_kernels_cpu.h) packs panels and tiles of its operands and carries sums between
     k blocks: every output must still be the double sum of its products in k order, rounded once — the same
