@@ -139,12 +139,12 @@ def compile_flags(target: str, arch: str | None, cudart: str = "static",
 
 @functools.lru_cache(maxsize=None)
 def native_target(compiler: str) -> str | None:
-    """What -march=native means to `compiler` on this machine — the processor and its instruction sets from
-    the front end's command line that `-v` prints (gcc: -march=znver3 -mavx2 ... --param l2-cache-size=1024;
-    clang: -target-cpu znver3 -target-feature +avx2 ...) — or None when the compiler does not take -march=native. The cpu target is built for the processor it runs
-    on: its vector width sets the GEMM's register tile (runtime/gc_kernels_cpu.h). The line is part of the
-    build's key (build_settings), so a build folder or cache shared with a machine of another processor is
-    rebuilt there, not reused."""
+    """What -march=native means to `compiler` on this machine — the processor and its instruction sets from the
+    front end's command line that `-v` prints (gcc: -march=znver3 -mavx2 ... --param l2-cache-size=1024; clang:
+    -target-cpu znver3 -target-feature +avx2 ...) — or None when the compiler does not take -march=native. The
+    cpu target is built for the processor it runs on: its vector width sets the GEMM's register tile
+    (runtime/gc_kernels_cpu.h). These options are part of the build's key (build_settings), so a build folder or
+    cache shared with a machine of another processor is rebuilt there, not reused."""
     try:
         out = subprocess.run([compiler, "-march=native", "-x", "c++", "-E", "-v", os.devnull, "-o", os.devnull],
                              capture_output=True, text=True, timeout=60)

@@ -24,17 +24,17 @@ __attribute__((constructor)) static void gc_watch_fork(void) { pthread_atfork(NU
 // in double by one thread, in k order, and passed through the epilogue as it is stored (products of floats
 // are exact in double, so the sums depend neither on how the loops are blocked nor on the thread count).
 //
-// The product is blocked for the caches and the vector registers. It computes a "rows" x "cols" result from
-// two operands packed as doubles: the cols operand in panels of GC_CPU_NR columns (k-major, zeros past the
-// last column), each value packed once for the call (once per batch entry where each has its own) — a chunk of
-// columns and a block of k at a time — and the rows operand GC_CPU_MR rows at a time (k-major). A tile of GC_CPU_MR x GC_CPU_NR sums lives in registers (GC_CPU_MR x 2
-// vectors of doubles: 12 of AVX2's 16 registers or of AVX-512's 32) for a block of k: each step loads two
-// vectors of the panel and multiplies each of the tile's row values into them (gc_cpu_tile). The k blocks are
-// sized so that a block of the packed panels and a tile's rows stay in a core's L2 cache; a sum carried from
-// one block to the next is kept in double. Normally rows = M and cols = N; with fewer columns than a panel
-// and more rows (matrix-vector products) the roles swap (rows = N, cols = M), so that the vectors run along M
-// instead of padding N with zeros. Only the epilogue's store is compiled for each GEMM; the packing and the
-// loops are compiled once (the cpu build's compile time).
+// The product is blocked for the caches and the vector registers. It computes a "rows" x "cols" result from two
+// operands packed as doubles: the cols operand in panels of GC_CPU_NR columns (k-major, zeros past the last
+// column), each value packed once for the call (once per batch entry where each has its own) — a chunk of columns
+// and a block of k at a time — and the rows operand GC_CPU_MR rows at a time (k-major). A tile of GC_CPU_MR x
+// GC_CPU_NR sums lives in registers (GC_CPU_MR x 2 vectors of doubles: 12 of AVX2's 16 registers or of AVX-512's
+// 32) for a block of k: each step loads two vectors of the panel and multiplies each of the tile's row values into
+// them (gc_cpu_tile). The k blocks are sized so that a block of the packed panels and a tile's rows stay in a
+// core's L2 cache; a sum carried from one block to the next is kept in double. Normally rows = M and cols = N; with
+// fewer columns than a panel and more rows (matrix-vector products) the roles swap (rows = N, cols = M), so that
+// the vectors run along M instead of padding N with zeros. Only the epilogue's store is compiled for each GEMM; the
+// packing and the loops are compiled once (the cpu build's compile time).
 #if defined(__AVX512F__)
 #define GC_CPU_VEC 8
 #elif defined(__AVX__)
@@ -61,13 +61,18 @@ template <typename T> static gc_cpu_operand gc_cpu_matrix(const T* p, long long 
     return {p, sizeof(T) == 8 ? 1 : 0, 1.0f, si, sk, sb, NULL, false};
 }
 
-// w consecutive i from i0 (n of them real, zeros past), k in [k0, k1), into to[(k - k0) * w + r]
+// a stored value as double (uint8: the trainer's pixel)
+template <typename S> static inline double gc_cpu_double(S x, float scale) {
+    return sizeof(S) == 1 ? (double)gc_pixel((unsigned)x, scale) : (double)x;
+}
+// element (i, k) of an operand whose batch entry starts at v
 template <typename S, bool Indexed>
 static inline double gc_cpu_at(const gc_cpu_operand& o, const S* v, long long i, long long k) {
     if (Indexed) (o.index_k ? k : i) = o.index[o.index_k ? k : i];
-    const S x = v[i * o.si + k * o.sk];
-    return sizeof(S) == 1 ? (double)gc_pixel((unsigned)x, o.scale) : (double)x;
+    return gc_cpu_double(v[i * o.si + k * o.sk], o.scale);
 }
+
+// Packing: w consecutive i from i0 (n of them real, zeros past), k in [k0, k1), into to[(k - k0) * w + r].
 // k contiguous: one i at a time along k, in plain loops (gcc vectorized this with gathers: 4x slower on this
 // machine's AMD EPYC)
 #if defined(__GNUC__) && !defined(__clang__)
@@ -86,8 +91,7 @@ GC_CPU_SCALAR static void gc_cpu_pack_runs(const gc_cpu_operand& o, int b, int i
             for (int k = k0; k < k1; k++) to[(size_t)(k - k0) * w + r] = gc_cpu_at<S, Indexed>(o, v, i0 + r, k);
         } else {   // the run of row i
             const S* run = v + (Indexed ? (long long)o.index[i0 + r] : (long long)(i0 + r)) * o.si;
-            for (int k = k0; k < k1; k++)
-                to[(size_t)(k - k0) * w + r] = sizeof(S) == 1 ? (double)gc_pixel((unsigned)run[k], o.scale) : (double)run[k];
+            for (int k = k0; k < k1; k++) to[(size_t)(k - k0) * w + r] = gc_cpu_double(run[k], o.scale);
         }
     }
 }
@@ -297,7 +301,8 @@ static int gc_gemm_cpu(const gc_cpu_operand& A, const T* B, T* C, int M, int N, 
 template <typename T, bool TA, bool TB, class Tile, class Ep>
 static int gc_gemm(const T* A, const T* B, T* C, int M, int N, int K, Ep ep, int batch = 1, long long sa = 0,
                    long long sb = 0, long long sc = 0, bool = false) {
-    return gc_gemm_cpu<T, TB, Tile>(gc_cpu_matrix<T>(A, TA ? 1 : K, TA ? M : 1, sa), B, C, M, N, K, ep, batch, sb, sc);
+    const gc_cpu_operand a = gc_cpu_matrix<T>(A, TA ? 1 : K, TA ? M : 1, sa);
+    return gc_gemm_cpu<T, TB, Tile>(a, B, C, M, N, K, ep, batch, sb, sc);
 }
 
 // A read in place (one matrix: the image input x, stored (batch, row)): row r of x is the source's row
