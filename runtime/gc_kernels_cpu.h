@@ -134,6 +134,45 @@ __attribute__((noinline)) static void gc_cpu_tile(const double* rows, const gc_c
 // store(ctx, b, i, j0, n, sums): the finished sums of result row i, columns j0 .. j0 + n - 1
 typedef void (*gc_cpu_store)(const void* ctx, int b, int i, int j0, int n, const double* sums);
 
+// element (i, k) of batch entry b of an operand (one element: dispatched on its type)
+static inline double gc_cpu_value(const gc_cpu_operand& o, int b, long long i, long long k) {
+    const bool indexed = o.index != NULL;
+    const long long at = b * o.sb;
+    if (o.type == 1) return gc_cpu_at<double, false>(o, (const double*)o.values + at, i, k);
+    if (o.type == 2) return indexed ? gc_cpu_at<uint8_t, true>(o, (const uint8_t*)o.values + at, i, k)
+                                    : gc_cpu_at<uint8_t, false>(o, (const uint8_t*)o.values + at, i, k);
+    return indexed ? gc_cpu_at<float, true>(o, (const float*)o.values + at, i, k)
+                   : gc_cpu_at<float, false>(o, (const float*)o.values + at, i, k);
+}
+
+// One row tile against a cols operand stored along j (a vector times a matrix): packing it would copy all of
+// it for one use, so its rows are read where they lie, each k's run of a thread's columns added into that
+// thread's sums (k in order), the columns shared out in chunks of GC_CPU_DIRECT.
+constexpr int GC_CPU_DIRECT = 512;
+template <typename S>
+static void gc_cpu_direct(int batch, int rows, int cols, int K, const gc_cpu_operand& rows_of,
+                          const gc_cpu_operand& cols_of, gc_cpu_store store, const void* ctx, bool parallel) {
+    const int chunks = (cols + GC_CPU_DIRECT - 1) / GC_CPU_DIRECT;
+#pragma omp parallel for schedule(static) collapse(2) if (parallel)
+    for (int b = 0; b < batch; b++)
+        for (int c = 0; c < chunks; c++) {
+            const int j0 = c * GC_CPU_DIRECT, m = std::min(GC_CPU_DIRECT, cols - j0);
+            double sums[GC_CPU_MR][GC_CPU_DIRECT];
+            for (int r = 0; r < rows; r++)
+                for (int j = 0; j < m; j++) sums[r][j] = 0.0;
+            const S* v = (const S*)cols_of.values + b * cols_of.sb + j0;
+            for (int k = 0; k < K; k++) {
+                const S* run = v + k * cols_of.sk;
+                for (int r = 0; r < rows; r++) {
+                    const double x = gc_cpu_value(rows_of, b, r, k);
+                    double* out = sums[r];
+                    for (int j = 0; j < m; j++) out[j] += x * (double)run[j];
+                }
+            }
+            for (int r = 0; r < rows; r++) store(ctx, b, r, j0, m, sums[r]);
+        }
+}
+
 // rows_of (b, i, k) and cols_of (b, j, k): the operands; cols_shared: one cols operand for every batch entry
 static int gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_operand& rows_of,
                           const gc_cpu_operand& cols_of, bool cols_shared, gc_cpu_store store, const void* ctx) {
@@ -143,6 +182,11 @@ static int gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_ope
     // one thread for a small product (~2^20 multiply-adds take what starting the threads costs)
     const bool parallel = GC_PARALLEL && (double)batch * rows * cols * K >= (1 << 20);
     const int threads = parallel ? omp_get_max_threads() : 1;
+    if (tiles == 1 && cols > GC_CPU_NR && cols_of.si == 1 && cols_of.sk != 1 && !cols_of.index && cols_of.type != 2) {
+        if (cols_of.type == 1) gc_cpu_direct<double>(batch, rows, cols, K, rows_of, cols_of, store, ctx, parallel);
+        else gc_cpu_direct<float>(batch, rows, cols, K, rows_of, cols_of, store, ctx, parallel);
+        return GC_OK;
+    }
     // few row tiles: the panels are shared out in groups too, so that every thread has work, and the tiles'
     // rows are packed once for all groups (else each tile's by the thread that uses them)
     const bool few = in_round * tiles < 4 * threads;
@@ -232,15 +276,6 @@ static int gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_ope
 // threads — no packing and no barrier between entries (a stack of 200000 2 x 2 products ran 25-50 times slower
 // in the blocked product's rounds).
 constexpr int GC_CPU_SMALL = 4096, GC_CPU_SMALL_N = 256;
-static inline double gc_cpu_value(const gc_cpu_operand& o, int b, long long i, long long k) {
-    const bool indexed = o.index != NULL;
-    const long long at = b * o.sb;
-    if (o.type == 1) return gc_cpu_at<double, false>(o, (const double*)o.values + at, i, k);
-    if (o.type == 2) return indexed ? gc_cpu_at<uint8_t, true>(o, (const uint8_t*)o.values + at, i, k)
-                                    : gc_cpu_at<uint8_t, false>(o, (const uint8_t*)o.values + at, i, k);
-    return indexed ? gc_cpu_at<float, true>(o, (const float*)o.values + at, i, k)
-                   : gc_cpu_at<float, false>(o, (const float*)o.values + at, i, k);
-}
 template <typename S>
 static void gc_cpu_small(int batch, int rows, int cols, int K, const gc_cpu_operand& a, const gc_cpu_operand& b_of,
                          gc_cpu_store store, const void* ctx) {
