@@ -162,9 +162,9 @@ def native_target(compiler: str) -> str | None:
         words = shlex.split(lines[0])
     except ValueError:
         words = lines[0].split()
-    kept = [w for i, w in enumerate(words)
-            if w.startswith("-m") or w in ("--param", "-target-cpu", "-target-feature", "-tune-cpu")
-            or (i and words[i - 1] in ("--param", "-target-cpu", "-target-feature", "-tune-cpu"))]
+    takes_value = ("--param", "-target-cpu", "-target-feature", "-tune-cpu")
+    kept = [w for i, w in enumerate(words) if w.startswith("-m") or w in takes_value
+            or (i and words[i - 1] in takes_value)]
     return " ".join(kept) or "-march=native"
 
 

@@ -145,32 +145,44 @@ static inline double gc_cpu_value(const gc_cpu_operand& o, int b, long long i, l
                    : gc_cpu_at<float, false>(o, (const float*)o.values + at, i, k);
 }
 
-// One row tile against a cols operand stored along j (a vector times a matrix): packing it would copy all of
-// it for one use, so its rows are read where they lie, each k's run of a thread's columns added into that
-// thread's sums (k in order), the columns shared out in chunks of GC_CPU_DIRECT.
-constexpr int GC_CPU_DIRECT = 512;
+// one thread for a small product (~2^20 multiply-adds take what starting the threads costs)
+static inline bool gc_cpu_parallel(int batch, int rows, int cols, int K) {
+    return GC_PARALLEL && (double)batch * rows * cols * K >= (1 << 20);
+}
+
+// The plain loops, without packing: the cols operand (a plain matrix) read where it lies, each k's run of a
+// chunk of GC_CPU_PLAIN columns added into the sums of a tile's GC_CPU_MR rows, k in order; the batch entries,
+// tiles and chunks shared out among the threads, no barrier between them. For small products (below) and for
+// one row tile against a cols operand stored along j (a vector times a matrix), where packing would copy all
+// of it for one use.
+constexpr int GC_CPU_PLAIN = 512;
 template <typename S>
-static void gc_cpu_direct(int batch, int rows, int cols, int K, const gc_cpu_operand& rows_of,
-                          const gc_cpu_operand& cols_of, gc_cpu_store store, const void* ctx, bool parallel) {
-    const int chunks = (cols + GC_CPU_DIRECT - 1) / GC_CPU_DIRECT;
-#pragma omp parallel for schedule(static) collapse(2) if (parallel)
+static void gc_cpu_plain(int batch, int rows, int cols, int K, const gc_cpu_operand& rows_of,
+                         const gc_cpu_operand& cols_of, gc_cpu_store store, const void* ctx) {
+    const int tiles = (rows + GC_CPU_MR - 1) / GC_CPU_MR, chunks = (cols + GC_CPU_PLAIN - 1) / GC_CPU_PLAIN;
+#pragma omp parallel for schedule(static) collapse(3) if (gc_cpu_parallel(batch, rows, cols, K))
     for (int b = 0; b < batch; b++)
-        for (int c = 0; c < chunks; c++) {
-            const int j0 = c * GC_CPU_DIRECT, m = std::min(GC_CPU_DIRECT, cols - j0);
-            double sums[GC_CPU_MR][GC_CPU_DIRECT];
-            for (int r = 0; r < rows; r++)
-                for (int j = 0; j < m; j++) sums[r][j] = 0.0;
-            const S* v = (const S*)cols_of.values + b * cols_of.sb + j0;
-            for (int k = 0; k < K; k++) {
-                const S* run = v + k * cols_of.sk;
-                for (int r = 0; r < rows; r++) {
-                    const double x = gc_cpu_value(rows_of, b, r, k);
-                    double* out = sums[r];
-                    for (int j = 0; j < m; j++) out[j] += x * (double)run[j];
+        for (int t = 0; t < tiles; t++)
+            for (int c = 0; c < chunks; c++) {
+                const int i0 = t * GC_CPU_MR, n = std::min(GC_CPU_MR, rows - i0);
+                const int j0 = c * GC_CPU_PLAIN, m = std::min(GC_CPU_PLAIN, cols - j0);
+                double sums[GC_CPU_MR][GC_CPU_PLAIN];
+                for (int r = 0; r < n; r++)
+                    for (int j = 0; j < m; j++) sums[r][j] = 0.0;
+                const S* v = (const S*)cols_of.values + b * cols_of.sb + j0 * cols_of.si;
+                for (int k = 0; k < K; k++) {
+                    const S* run = v + k * cols_of.sk;
+                    for (int r = 0; r < n; r++) {
+                        const double x = gc_cpu_value(rows_of, b, i0 + r, k);
+                        double* out = sums[r];
+                        if (cols_of.si == 1)
+                            for (int j = 0; j < m; j++) out[j] += x * (double)run[j];
+                        else
+                            for (int j = 0; j < m; j++) out[j] += x * (double)run[j * cols_of.si];
+                    }
                 }
+                for (int r = 0; r < n; r++) store(ctx, b, i0 + r, j0, m, sums[r]);
             }
-            for (int r = 0; r < rows; r++) store(ctx, b, r, j0, m, sums[r]);
-        }
 }
 
 // rows_of (b, i, k) and cols_of (b, j, k): the operands; cols_shared: one cols operand for every batch entry
@@ -179,12 +191,11 @@ static int gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_ope
     const int panels = (cols + GC_CPU_NR - 1) / GC_CPU_NR, tiles = (rows + GC_CPU_MR - 1) / GC_CPU_MR;
     // each batch entry in turn when each has its own cols operand (its panels), else all at once
     const int rounds = cols_shared ? 1 : batch, in_round = cols_shared ? batch : 1;
-    // one thread for a small product (~2^20 multiply-adds take what starting the threads costs)
-    const bool parallel = GC_PARALLEL && (double)batch * rows * cols * K >= (1 << 20);
+    const bool parallel = gc_cpu_parallel(batch, rows, cols, K);
     const int threads = parallel ? omp_get_max_threads() : 1;
     if (tiles == 1 && cols > GC_CPU_NR && cols_of.si == 1 && cols_of.sk != 1 && !cols_of.index && cols_of.type != 2) {
-        if (cols_of.type == 1) gc_cpu_direct<double>(batch, rows, cols, K, rows_of, cols_of, store, ctx, parallel);
-        else gc_cpu_direct<float>(batch, rows, cols, K, rows_of, cols_of, store, ctx, parallel);
+        if (cols_of.type == 1) gc_cpu_plain<double>(batch, rows, cols, K, rows_of, cols_of, store, ctx);
+        else gc_cpu_plain<float>(batch, rows, cols, K, rows_of, cols_of, store, ctx);
         return GC_OK;
     }
     // few row tiles: the panels are shared out in groups too, so that every thread has work, and the tiles'
@@ -271,29 +282,10 @@ static int gc_cpu_blocked(int batch, int rows, int cols, int K, const gc_cpu_ope
     return GC_OK;
 }
 
-// A small product (GC_CPU_SMALL multiply-adds or fewer an entry, N <= GC_CPU_SMALL_N), batched or not: the
-// plain loops, each row's sums in k order across the columns, the batch entries and rows shared out among the
-// threads — no packing and no barrier between entries (a stack of 200000 2 x 2 products ran 25-50 times slower
-// in the blocked product's rounds).
+// A small product (GC_CPU_SMALL multiply-adds or fewer an entry, N <= GC_CPU_SMALL_N), batched or not, takes
+// the plain loops: a stack of 200000 2 x 2 products, each with its own B, ran 25-50 times slower in the
+// blocked product's rounds (one entry at a time, a barrier after each phase).
 constexpr int GC_CPU_SMALL = 4096, GC_CPU_SMALL_N = 256;
-template <typename S>
-static void gc_cpu_small(int batch, int rows, int cols, int K, const gc_cpu_operand& a, const gc_cpu_operand& b_of,
-                         gc_cpu_store store, const void* ctx) {
-    const bool parallel = GC_PARALLEL && (double)batch * rows * cols * K >= (1 << 20);
-#pragma omp parallel for schedule(static) collapse(2) if (parallel)
-    for (int b = 0; b < batch; b++)
-        for (int i = 0; i < rows; i++) {
-            double sums[GC_CPU_SMALL_N];
-            for (int j = 0; j < cols; j++) sums[j] = 0.0;
-            const S* v = (const S*)b_of.values + b * b_of.sb;
-            for (int k = 0; k < K; k++) {
-                const double x = gc_cpu_value(a, b, i, k);
-                const S* row = v + k * b_of.sk;
-                for (int j = 0; j < cols; j++) sums[j] += x * (double)row[j * b_of.si];
-            }
-            store(ctx, b, i, 0, cols, sums);
-        }
-}
 
 // C[b] (M x N) = op(A[b]) op(B[b]) through the epilogue, A given as an operand of (b, m, k)
 template <typename T, bool TB, class Tile, class Ep>
@@ -319,7 +311,7 @@ static int gc_gemm_cpu(const gc_cpu_operand& A, const T* B, T* C, int M, int N, 
     // B as an operand of (b, n, k)
     const gc_cpu_operand Bn = gc_cpu_matrix<T>(B, TB ? K : 1, TB ? 1 : N, sb);
     if ((long long)M * N * K <= GC_CPU_SMALL && N <= GC_CPU_SMALL_N) {
-        gc_cpu_small<T>(batch, M, N, K, A, Bn, out::rows, &o);
+        gc_cpu_plain<T>(batch, M, N, K, A, Bn, out::rows, &o);
         return GC_OK;
     }
     // rows along N and the vectors along M where there are fewer columns than a panel's and more rows; decided
